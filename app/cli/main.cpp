@@ -1,0 +1,81 @@
+// specula-cli: the engine without a GUI. Runs on machines with no Qt (the GPU machine).
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include "app/cli/commands.h"
+
+int main(int argc, char** argv) {
+  using specula::cli::GenerateArgs;
+  CLI::App app{"specula-cli: speculative decoding with sparse verification, from the command line"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("specula-cli ") + SPECULA_VERSION);
+
+  GenerateArgs gen;
+  auto* generate = app.add_subcommand("generate", "Generate text from a prompt, streaming it, then print tokens/s");
+  generate->add_option("--model,-m", gen.model,
+                       "GGUF file, Hugging Face directory, or 'default' (SmolLM2-135M-Instruct Q4_1)")
+      ->capture_default_str();
+  auto* prompt = generate->add_option("--prompt,-p", gen.prompt, "Prompt text");
+  auto* prompt_file = generate->add_option("--prompt-file,-f", gen.prompt_file, "Read the prompt from a file");
+  prompt->excludes(prompt_file);
+  generate->add_flag("--chat", gen.chat, "Wrap the prompt in the model's chat template as a user turn");
+  generate->add_option("--max-tokens,-n", gen.max_tokens, "Tokens to generate at most")
+      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  generate->add_option("--temperature,-t", gen.temperature, "0 = greedy")
+      ->check(CLI::Range(0.0f, 100.0f))->capture_default_str();
+  generate->add_option("--top-k", gen.top_k, "Keep the k most likely tokens (0 = off)")
+      ->check(CLI::Range(0, 1 << 24))->capture_default_str();
+  generate->add_option("--top-p", gen.top_p, "Nucleus sampling mass, in (0, 1] (1 = off)")
+      ->check(CLI::Range(1e-6f, 1.0f))->capture_default_str();
+  generate->add_option("--seed,-s", gen.seed, "Random seed for sampling")->capture_default_str();
+  generate->add_option("--threads", gen.threads, "CPU threads (0 = all cores)")
+      ->check(CLI::Range(0, 1024))->capture_default_str();
+  generate->add_option("--kv-block-size", gen.kv_block_size, "Tokens per KV-cache block (8..128)")
+      ->check(CLI::Range(8, 128))->capture_default_str();
+  generate->add_flag("--json", gen.json,
+                     "Print one JSON object {text, tokens, timings} instead of streaming text");
+
+  std::string inspect_model;
+  auto* inspect = app.add_subcommand("inspect", "Print architecture, hyper-parameters, tokenizer and tensor table");
+  inspect->add_option("model", inspect_model, "GGUF file, Hugging Face directory, or 'default'")->required();
+
+  std::string tok_model = "default", tok_text;
+  bool tok_no_special = false;
+  auto* tokenize = app.add_subcommand("tokenize", "Print the token ids and pieces of a text");
+  tokenize->add_option("--model,-m", tok_model, "Model whose tokenizer to use")->capture_default_str();
+  tokenize->add_option("text", tok_text, "Text to tokenize")->required();
+  tokenize->add_flag("--no-special", tok_no_special, "Treat special-token text as plain text");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "specula-cli: %s (see --help)\n", e.what());
+    return 2;
+  }
+
+  try {
+    if (*generate) {
+      if (!gen.prompt && !gen.prompt_file) {
+        std::fprintf(stderr, "specula-cli: generate needs --prompt TEXT or --prompt-file F\n");
+        return 2;
+      }
+      return specula::cli::run_generate(gen);
+    }
+    if (*inspect) return specula::cli::run_inspect(inspect_model);
+    if (*tokenize) return specula::cli::run_tokenize(tok_model, tok_text, !tok_no_special);
+  } catch (const std::exception& e) {
+    // The engine reports errors as values; this is the outermost guard (e.g. bad_alloc).
+    std::fprintf(stderr, "specula-cli: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

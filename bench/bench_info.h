@@ -1,0 +1,48 @@
+#pragma once
+// What every bench/results/*.json names: the machine, the commit and the command.
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <ctime>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+namespace specula::bench {
+
+inline std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  }
+  return "unknown";
+}
+
+inline std::string command_line(int argc, char** argv) {
+  std::string out;
+  for (int i = 0; i < argc; ++i) out += (i ? " " : "") + std::string(argv[i]);
+  return out;
+}
+
+inline std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+inline nlohmann::json host_info() {
+  utsname u{};
+  uname(&u);
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  return {{"cpu", cpu_model_name()},
+          {"hardware_threads", std::thread::hardware_concurrency()},
+          {"kernel", std::string(u.sysname) + " " + u.release},
+          {"hostname", host}};
+}
+
+}  // namespace specula::bench
