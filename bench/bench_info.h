@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <string>
@@ -19,6 +20,21 @@ inline std::string cpu_model_name() {
     if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
   }
   return "unknown";
+}
+
+// The NVIDIA kernel driver's version line ("NVRM version: ... 580.159.04 ..."), empty without one.
+inline std::string nvidia_driver() {
+  std::ifstream in("/proc/driver/nvidia/version");
+  std::string line;
+  if (std::getline(in, line) && !line.empty()) return line;
+  // Sandboxed drivers may hide /proc/driver; ask nvidia-smi instead.
+  if (FILE* pipe = popen("nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null", "r")) {
+    char buf[128] = {};
+    if (fgets(buf, sizeof buf, pipe)) line = buf;
+    pclose(pipe);
+  }
+  while (!line.empty() && (line.back() == '\n' || line.back() == ' ')) line.pop_back();
+  return line;
 }
 
 inline std::string command_line(int argc, char** argv) {

@@ -1,45 +1,20 @@
 #pragma once
-// Tensor element types as GGUF numbers them (ggml_type), plus the block geometry each
-// quantized type uses. Shapes follow ggml order: ne[0] is the contiguous (row) dimension.
-#include <cstddef>
+// Tensor element types (ggml_type numbering) and block geometry. The enum and traits live in
+// kernels/cpu/tensor_type.h because the dependency flows engine -> kernels; this header adds
+// the size arithmetic the file readers need.
 #include <cstdint>
 #include <optional>
-#include <string_view>
+#include <span>
+#include <string>
+
+#include "kernels/cpu/tensor_type.h"
 
 namespace specula {
 
-enum class TensorType : uint32_t {
-  F32 = 0,
-  F16 = 1,
-  Q4_0 = 2,
-  Q4_1 = 3,
-  Q5_0 = 6,
-  Q5_1 = 7,
-  Q8_0 = 8,
-  Q8_1 = 9,
-  Q2_K = 10,
-  Q3_K = 11,
-  Q4_K = 12,
-  Q5_K = 13,
-  Q6_K = 14,
-  Q8_K = 15,
-  I8 = 24,
-  I16 = 25,
-  I32 = 26,
-  I64 = 27,
-  F64 = 28,
-  BF16 = 30,
-};
-
-struct TensorTypeTraits {
-  std::string_view name;
-  uint32_t block_elems;  // elements per block (1 for plain types)
-  uint32_t block_bytes;  // bytes per block
-  bool dequantizable;    // we can turn it into f32 (kernels/cpu/dequant)
-};
-
-// nullopt for numbers GGUF defines but Specula does not know, or that are not types at all.
-std::optional<TensorTypeTraits> tensor_type_traits(uint32_t raw_type);
-std::string_view tensor_type_name(TensorType type);
+// Bytes of a tensor of `type` with `n_elements` elements; nullopt for an unknown type, when
+// n_elements is not a whole number of blocks, or on overflow.
+std::optional<uint64_t> tensor_data_bytes(TensorType type, uint64_t n_elements);
+// "[576, 49152]" (ggml order).
+std::string format_shape(std::span<const int64_t> shape);
 
 }  // namespace specula
