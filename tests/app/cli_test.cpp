@@ -47,7 +47,12 @@ CliRun run_cli(const std::string& args) {
   return r;
 }
 
-std::string quote(const fs::path& p) { return "'" + p.string() + "'"; }
+std::string quote(const fs::path& p) {
+  std::string quoted = "'";
+  quoted.append(p.string());
+  quoted.push_back('\'');
+  return quoted;
+}
 
 fs::path scratch(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / ("specula_cli_inputs_" + std::to_string(::getpid()));
@@ -70,7 +75,9 @@ void expect_clean_failure(const CliRun& r, const std::string& needle) {
 bool have_default_model() { return fs::exists(specula::resolve_model_path("default")); }
 
 TEST(CliGenerate, CapitalOfFranceGreedy) {
-  if (!have_default_model()) GTEST_SKIP() << "skipped: default model not downloaded";
+  if (!have_default_model()) {
+    GTEST_SKIP() << "skipped: default model not downloaded";
+  }
   const auto r = run_cli("generate --model default --prompt 'The capital of France is' --max-tokens 16 --temperature 0");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("Paris"));
@@ -79,7 +86,9 @@ TEST(CliGenerate, CapitalOfFranceGreedy) {
 }
 
 TEST(CliGenerate, JsonHasTextTokensAndTimings) {
-  if (!have_default_model()) GTEST_SKIP() << "skipped: default model not downloaded";
+  if (!have_default_model()) {
+    GTEST_SKIP() << "skipped: default model not downloaded";
+  }
   const auto r = run_cli("generate --model default --prompt 'Hello' --max-tokens 8 --temperature 0.7 --seed 7 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
@@ -88,7 +97,9 @@ TEST(CliGenerate, JsonHasTextTokensAndTimings) {
   EXPECT_GE(j["tokens"].size(), 1u);
   EXPECT_LE(j["tokens"].size(), 8u);
   EXPECT_GT(j["timings"]["prefill_tokens_per_s"].get<double>(), 0.0);
-  if (j["tokens"].size() > 1) EXPECT_GT(j["timings"]["decode_tokens_per_s"].get<double>(), 0.0);
+  if (j["tokens"].size() > 1) {
+    EXPECT_GT(j["timings"]["decode_tokens_per_s"].get<double>(), 0.0);
+  }
   // Same seed, same tokens.
   const auto again = nlohmann::json::parse(
       run_cli("generate --model default --prompt 'Hello' --max-tokens 8 --temperature 0.7 --seed 7 --json").out);
@@ -96,14 +107,18 @@ TEST(CliGenerate, JsonHasTextTokensAndTimings) {
 }
 
 TEST(CliGenerate, ChatTemplateAnswers) {
-  if (!have_default_model()) GTEST_SKIP() << "skipped: default model not downloaded";
+  if (!have_default_model()) {
+    GTEST_SKIP() << "skipped: default model not downloaded";
+  }
   const auto r = run_cli("generate --model default --chat --prompt 'What is the capital of France?' --max-tokens 24 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(nlohmann::json::parse(r.out)["text"].get<std::string>(), HasSubstr("Paris"));
 }
 
 TEST(CliInspect, PrintsArchitectureHyperParametersTokenizerAndTensors) {
-  if (!have_default_model()) GTEST_SKIP() << "skipped: default model not downloaded";
+  if (!have_default_model()) {
+    GTEST_SKIP() << "skipped: default model not downloaded";
+  }
   const auto r = run_cli("inspect default");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("llama"));
@@ -138,14 +153,17 @@ TEST(CliBadInput, BadMagic) {
 
 TEST(CliBadInput, WrongVersion) {
   const fs::path p = scratch("v9.gguf");
-  std::string bytes = "GGUF";
-  bytes += std::string("\x09\0\0\0", 4) + std::string(16, '\0');
+  std::string bytes(24, '\0');  // magic, then version 9 (little-endian), then zero counts
+  bytes.replace(0, 4, "GGUF");
+  bytes[4] = '\x09';
   write_bytes(p, bytes);
   expect_clean_failure(run_cli("inspect " + quote(p)), "version");
 }
 
 TEST(CliBadInput, TruncatedRealModel) {
-  if (!have_default_model()) GTEST_SKIP() << "skipped: default model not downloaded";
+  if (!have_default_model()) {
+    GTEST_SKIP() << "skipped: default model not downloaded";
+  }
   const fs::path p = scratch("truncated.gguf");
   std::ifstream in(specula::resolve_model_path("default"), std::ios::binary);
   std::string head(1 << 20, '\0');
@@ -155,7 +173,9 @@ TEST(CliBadInput, TruncatedRealModel) {
 }
 
 TEST(CliBadInput, PromptLongerThanContext) {
-  if (!have_default_model()) GTEST_SKIP() << "skipped: default model not downloaded";
+  if (!have_default_model()) {
+    GTEST_SKIP() << "skipped: default model not downloaded";
+  }
   const fs::path p = scratch("long_prompt.txt");
   std::string text;
   for (int i = 0; i < 9000; ++i) text += "word" + std::to_string(i) + " ";
@@ -170,7 +190,7 @@ TEST(CliBadInput, InvalidFlagValues) {
   expect_clean_failure(run_cli("generate --model default --prompt hi --kv-block-size 4"), "kv-block-size");
   expect_clean_failure(run_cli("generate --model default"), "--prompt");
   expect_clean_failure(run_cli("generate --model default --prompt a --prompt-file b"), "prompt");
-  expect_clean_failure(run_cli("frobnicate"), "frobnicate");
+  expect_clean_failure(run_cli("frobnicate"), "subcommand");
 }
 
 TEST(CliBadInput, MissingPromptFile) {

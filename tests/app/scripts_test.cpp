@@ -31,7 +31,9 @@ Output run(const std::string& cmd) {
 
 TEST(Scripts, FetchModelIsQuietAndKeepsTheFileWhenItIsAlreadyThere) {
   const auto model = specula::resolve_model_path("default");
-  if (!std::filesystem::exists(model)) GTEST_SKIP() << "skipped: default model not downloaded";
+  if (!std::filesystem::exists(model)) {
+    GTEST_SKIP() << "skipped: default model not downloaded";
+  }
   const auto before = std::filesystem::last_write_time(model);
   const auto r = run(std::string(SPECULA_SOURCE_DIR) + "/scripts/fetch-model");
   EXPECT_EQ(r.status, 0) << r.text;
@@ -41,7 +43,9 @@ TEST(Scripts, FetchModelIsQuietAndKeepsTheFileWhenItIsAlreadyThere) {
 
 TEST(Scripts, SetupIsQuietWhenNothingIsMissing) {
   const auto model = specula::resolve_model_path("default");
-  if (!std::filesystem::exists(model)) GTEST_SKIP() << "skipped: default model not downloaded";
+  if (!std::filesystem::exists(model)) {
+    GTEST_SKIP() << "skipped: default model not downloaded";
+  }
   const auto r = run(std::string(SPECULA_SOURCE_DIR) + "/scripts/setup");
   EXPECT_EQ(r.status, 0) << r.text;
   EXPECT_EQ(r.text, "") << "scripts/setup should print nothing once everything is installed";

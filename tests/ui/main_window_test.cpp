@@ -14,14 +14,9 @@
 namespace specula::ui {
 namespace {
 
-QApplication& app() {
-  static int argc = 1;
-  static char name[] = "ui_test";
-  static char* argv[] = {name, nullptr};
-  qputenv("QT_QPA_PLATFORM", "offscreen");
-  static QApplication instance(argc, argv);
-  return instance;
-}
+// The QApplication lives on main()'s stack (below), so it is destroyed before static
+// destructors run; a function-static one crashes at exit.
+void app() { ASSERT_NE(QApplication::instance(), nullptr); }
 
 // Runs the window until runFinished or the timeout; returns whether the run succeeded.
 std::optional<bool> run_and_wait(MainWindow& window, int timeout_ms) {
@@ -36,7 +31,9 @@ std::optional<bool> run_and_wait(MainWindow& window, int timeout_ms) {
 
 TEST(MainWindow, StreamsGeneratedTextFromTheDefaultModel) {
   app();
-  if (!std::filesystem::exists(resolve_model_path("default"))) GTEST_SKIP() << "skipped: default model not downloaded";
+  if (!std::filesystem::exists(resolve_model_path("default"))) {
+    GTEST_SKIP() << "skipped: default model not downloaded";
+  }
   MainWindow window;
   window.show();
   window.setPrompt("What is the capital of France?");
@@ -61,3 +58,10 @@ TEST(MainWindow, ReportsAMissingModelAsAnError) {
 
 }  // namespace
 }  // namespace specula::ui
+
+int main(int argc, char** argv) {
+  qputenv("QT_QPA_PLATFORM", "offscreen");
+  QApplication application(argc, argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
