@@ -1,0 +1,77 @@
+#include "engine/generate.h"
+
+#include <chrono>
+#include <numeric>
+#include <string>
+
+#include "engine/kv/kv_cache.h"
+#include "engine/model/cpu_transformer.h"
+
+namespace specula {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+Expected<GenerateResult> generate(const Model& model, std::span<const int32_t> prompt, const GenerateOptions& options,
+                                  const TokenCallback& on_token) {
+  const ModelConfig& cfg = model.config;
+  const auto n_prompt = static_cast<int64_t>(prompt.size());
+  if (n_prompt == 0) return make_error("generate: empty prompt");
+  if (n_prompt >= cfg.context_length) {
+    return make_error("prompt has " + std::to_string(n_prompt) + " tokens, context is " +
+                      std::to_string(cfg.context_length));
+  }
+  if (options.max_tokens < 0)
+    return make_error("generate: max_tokens " + std::to_string(options.max_tokens) + " is negative");
+  GenerateResult result;
+  if (options.max_tokens == 0) return result;
+
+  // Generation stops early when the context is full: the last generated token is never fed
+  // back, so prompt + max_tokens - 1 positions are needed.
+  const int64_t max_new = std::min<int64_t>(options.max_tokens, cfg.context_length - n_prompt + 1);
+  auto kv = KvCache::for_model(cfg, options.kv_block_size, std::min(cfg.context_length, n_prompt + max_new));
+  if (!kv) return kv.error();
+  CpuTransformer transformer(model, CpuTransformerOptions{options.threads, Precision::Default});
+  Sampler sampler(options.sampling);
+  std::vector<float> logits(static_cast<size_t>(cfg.vocab_size));
+
+  std::vector<int32_t> positions(static_cast<size_t>(n_prompt));
+  std::iota(positions.begin(), positions.end(), 0);
+  auto start = std::chrono::steady_clock::now();
+  if (auto status = transformer.forward(prompt, positions, nullptr, *kv, logits, LogitRows::Last); !status) {
+    return status.error();
+  }
+  kv->commit_all();
+  int32_t token = sampler.sample(logits);
+  result.timings.prefill_tokens = static_cast<int>(n_prompt);
+  result.timings.prefill_seconds = seconds_since(start);
+
+  start = std::chrono::steady_clock::now();
+  for (;;) {
+    result.tokens.push_back(token);
+    if (options.stop_at_eos && model.tokenizer.is_end_of_generation(token)) {
+      result.stopped_by_eos = true;
+      break;
+    }
+    const std::string bytes = model.tokenizer.token_bytes(token);
+    result.text += bytes;
+    if (on_token && !on_token(token, bytes)) break;
+    if (static_cast<int64_t>(result.tokens.size()) >= max_new) break;
+    const int32_t position = static_cast<int32_t>(kv->committed());
+    if (auto status = transformer.forward({&token, 1}, {&position, 1}, nullptr, *kv, logits, LogitRows::Last);
+        !status) {
+      return status.error();
+    }
+    kv->commit_all();
+    ++result.timings.decode_tokens;
+    token = sampler.sample(logits);
+  }
+  result.timings.decode_seconds = result.timings.decode_tokens > 0 ? seconds_since(start) : 0.0;
+  return result;
+}
+
+}  // namespace specula

@@ -1,0 +1,329 @@
+#include "engine/model/cpu_transformer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/dequant.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope.h"
+
+namespace specula {
+
+AttentionMask AttentionMask::causal(int64_t n) {
+  AttentionMask mask(n);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j <= i; ++j) mask.set(i, j, true);
+  return mask;
+}
+
+AttentionMask AttentionMask::from_parents(std::span<const int> parents) {
+  const auto n = static_cast<int64_t>(parents.size());
+  AttentionMask mask(n);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = i; j >= 0 && j < n; j = parents[j] < j ? parents[j] : -1) mask.set(i, j, true);
+  }
+  return mask;
+}
+
+namespace {
+
+struct PackedLayer {
+  std::vector<float> attn_norm;  // (dim)
+  std::vector<float> ffn_norm;   // (dim)
+  PackedMatrix qkv;              // (n_heads·head_dim + 2·n_kv_heads·head_dim, dim): Q rows, K rows, V rows
+  PackedMatrix wo;               // (dim, n_heads·head_dim)
+  PackedMatrix gate_up;          // (2·ffn_dim, dim): gate rows, then up rows
+  PackedMatrix down;             // (dim, ffn_dim)
+};
+
+int64_t row_bytes(const TensorRef& t) {
+  auto traits = tensor_type_traits(t.type);
+  return t.cols() / traits->block_elems * traits->block_bytes;
+}
+
+std::vector<float> to_f32(const TensorRef& t) {
+  std::vector<float> out(static_cast<size_t>(t.cols() * t.rows()));
+  for (int64_t r = 0; r < t.rows(); ++r) {
+    (void)dequantize_row(t.type, t.data.data() + r * row_bytes(t), out.data() + r * t.cols(), t.cols());
+  }
+  return out;
+}
+
+// Packs the row-concatenation of `parts` (same row length) into one matrix. Parts whose types
+// map to different packed formats all become F32.
+PackedMatrix pack_fused(std::initializer_list<const TensorRef*> parts, bool exact) {
+  WeightFormat format = packed_format_for((*parts.begin())->type, exact);
+  int64_t rows = 0;
+  for (const TensorRef* part : parts) {
+    if (packed_format_for(part->type, exact) != format) format = WeightFormat::F32;
+    rows += part->rows();
+  }
+  PackedMatrix out;
+  init_packed_matrix(out, format, rows, (*parts.begin())->cols());
+  int64_t row = 0;
+  for (const TensorRef* part : parts) {
+    // The loader validated types and shapes, so packing cannot fail here.
+    (void)pack_rows(out, row, part->type, part->data.data(), part->rows());
+    row += part->rows();
+  }
+  return out;
+}
+
+}  // namespace
+
+struct CpuTransformer::Impl {
+  const Model* model;
+  ModelConfig cfg;
+  Precision precision;
+  ThreadPool pool;
+  std::vector<PackedLayer> layers;
+  std::vector<float> output_norm;  // (dim)
+  PackedMatrix output;             // (vocab, dim)
+
+  // Scratch, grown to the largest batch seen. T = new tokens.
+  AlignedBuffer<float> x;                  // (T, dim) residual stream
+  AlignedBuffer<float> xn;                 // (T, max(dim, ffn)) normalized / activated input of a matmul
+  AlignedBuffer<float> qkv;                // (T, q_dim + 2 kv_dim)
+  AlignedBuffer<float> att;                // (T, q_dim)
+  AlignedBuffer<float> gu;                 // (T, 2 ffn)
+  AlignedBuffer<float> rope;               // (T, head_dim)
+  QuantizedRows xq;                        // quantized matmul input
+  std::vector<std::vector<float>> scores;  // per thread: (group, context)
+  std::vector<std::vector<KvSpan>> spans;  // per thread
+
+  Impl(const Model& m, const CpuTransformerOptions& options)
+      : model(&m), cfg(m.config), precision(options.precision), pool(options.threads) {
+    const bool exact = precision == Precision::Exact;
+    const auto& w = m.weights;
+    layers.resize(static_cast<size_t>(cfg.n_layers));
+    pool.run([&](int index, int n_threads) {
+      int64_t begin, end;
+      ThreadPool::split(cfg.n_layers + 1, 1, index, n_threads, begin, end);
+      for (int64_t l = begin; l < end; ++l) {
+        if (l == cfg.n_layers) {
+          output = pack_fused({&w.output}, exact);
+          output_norm = to_f32(w.output_norm);
+          continue;
+        }
+        const LayerWeights& src = w.layers[static_cast<size_t>(l)];
+        PackedLayer& dst = layers[static_cast<size_t>(l)];
+        dst.attn_norm = to_f32(src.attn_norm);
+        dst.ffn_norm = to_f32(src.ffn_norm);
+        dst.qkv = pack_fused({&src.wq, &src.wk, &src.wv}, exact);
+        dst.wo = pack_fused({&src.wo}, exact);
+        dst.gate_up = pack_fused({&src.w_gate, &src.w_up}, exact);
+        dst.down = pack_fused({&src.w_down}, exact);
+      }
+    });
+  }
+
+  int64_t q_dim() const { return cfg.n_heads * cfg.head_dim; }
+  int64_t kv_dim() const { return cfg.n_kv_heads * cfg.head_dim; }
+
+  void ensure_scratch(int64_t T, int64_t context) {
+    const int64_t wide = std::max(cfg.dim, cfg.ffn_dim);
+    x.ensure(static_cast<size_t>(T * cfg.dim));
+    xn.ensure(static_cast<size_t>(T * wide));
+    qkv.ensure(static_cast<size_t>(T * (q_dim() + 2 * kv_dim())));
+    att.ensure(static_cast<size_t>(T * q_dim()));
+    gu.ensure(static_cast<size_t>(T * 2 * cfg.ffn_dim));
+    rope.ensure(static_cast<size_t>(T * cfg.head_dim));
+    const int64_t group = cfg.n_heads / cfg.n_kv_heads;
+    scores.resize(static_cast<size_t>(pool.size()));
+    spans.resize(static_cast<size_t>(pool.size()));
+    for (auto& s : scores) {
+      if (static_cast<int64_t>(s.size()) < group * context) s.resize(static_cast<size_t>(group * context));
+    }
+  }
+
+  // Runs fn(begin, end) over [0, n) split across the pool, or inline when n is small.
+  template <class Fn>
+  void parallel_for(int64_t n, int64_t grain, int64_t inline_below, Fn&& fn) {
+    if (n < inline_below || pool.size() == 1) {
+      fn(int64_t{0}, n);
+      return;
+    }
+    pool.run([&](int index, int n_threads) {
+      int64_t begin, end;
+      ThreadPool::split(n, grain, index, n_threads, begin, end);
+      if (begin < end) fn(begin, end);
+    });
+  }
+
+  enum class Input { Plain, RmsNorm, SwiGlu };
+
+  // out[t] (+)= W · f(in[t]) for T tokens, where f is nothing, RMSNorm with norm_weight, or
+  // SwiGLU of in[t] = [gate | up] (in's row length 2·W.cols).
+  void project(const PackedMatrix& w, const float* in, int64_t ld_in, int64_t T, Input input, const float* norm_weight,
+               float* out, int64_t ld_out, bool accumulate) {
+    const int64_t K = w.cols;
+    const float* src = in;
+    int64_t ld_src = ld_in;
+    const bool int8 = precision == Precision::Int8Activations && w.quantized();
+    if (input != Input::Plain || int8) {
+      if (int8) xq.resize(T, K);
+      if (input != Input::Plain) {
+        src = xn.data();
+        ld_src = K;
+      }
+      parallel_for(T, 1, 4, [&](int64_t begin, int64_t end) {
+        for (int64_t t = begin; t < end; ++t) {
+          if (input == Input::RmsNorm) {
+            rmsnorm(in + t * ld_in, norm_weight, xn.data() + t * K, K, cfg.rms_eps);
+          } else if (input == Input::SwiGlu) {
+            swiglu(in + t * ld_in, in + t * ld_in + K, xn.data() + t * K, K);
+          }
+        }
+        if (int8) quantize_rows(src, ld_src, xq, begin, end);
+      });
+    }
+    // Rows in multiples of 4 (the kernels' tile height) per thread.
+    parallel_for(w.rows, 4, 0, [&](int64_t begin, int64_t end) {
+      if (int8) {
+        matmul_quantized(w, xq, out, ld_out, begin, end, accumulate);
+      } else {
+        matmul_f32(w, src, ld_src, T, out, ld_out, begin, end, accumulate);
+      }
+    });
+  }
+
+  void attention(int64_t layer, int64_t T, const KvCache& kv, int64_t first_new, const AttentionMask* mask) {
+    const int64_t hd = cfg.head_dim, group = cfg.n_heads / cfg.n_kv_heads;
+    const int64_t B = kv.block_size(), committed = kv.committed();
+    const int64_t qkv_ld = q_dim() + 2 * kv_dim();
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    // A task is (token, KV head) with its whole query group, so each key row is read once per
+    // group; with few tokens (decode) that leaves threads idle, so tasks become single query heads.
+    const int64_t per_task = T * cfg.n_kv_heads >= 4 * pool.size() ? group : 1;
+    const int64_t tasks_per_token = cfg.n_heads / per_task;
+    pool.run([&](int index, int n_threads) {
+      int64_t begin, end;
+      ThreadPool::split(T * tasks_per_token, 1, index, n_threads, begin, end);
+      auto& my_spans = spans[static_cast<size_t>(index)];
+      float* my_scores = scores[static_cast<size_t>(index)].data();
+      for (int64_t task = begin; task < end; ++task) {
+        const int64_t t = task / tasks_per_token, first_head = (task % tasks_per_token) * per_task;
+        const int64_t h = first_head / group;  // KV head
+        my_spans.clear();
+        for (int64_t b = 0; b * B < committed; ++b) {
+          my_spans.push_back({kv.keys(layer, h, b), kv.values(layer, h, b), std::min(B, committed - b * B), nullptr});
+        }
+        // New rows [first_new, first_new + visible): all of 0..t when causal, else masked.
+        const int64_t visible = mask ? T : t + 1;
+        for (int64_t r = first_new; r < first_new + visible;) {
+          const int64_t b = r / B, in_block = r % B;
+          const int64_t n = std::min(B - in_block, first_new + visible - r);
+          my_spans.push_back({kv.keys(layer, h, b) + in_block * hd, kv.values(layer, h, b) + in_block * hd, n,
+                              mask ? mask->row(t) + (r - first_new) : nullptr});
+          r += n;
+        }
+        attention_group(qkv.data() + t * qkv_ld + first_head * hd, per_task, hd, my_spans, scale, my_scores,
+                        att.data() + t * q_dim() + first_head * hd);
+      }
+    });
+  }
+
+  Status forward(std::span<const int32_t> tokens, std::span<const int32_t> positions, const AttentionMask* mask,
+                 KvCache& kv, std::span<float> logits, LogitRows rows) {
+    const auto T = static_cast<int64_t>(tokens.size());
+    if (T == 0) return make_error("forward: no tokens");
+    if (static_cast<int64_t>(positions.size()) != T) {
+      return make_error("forward: " + std::to_string(T) + " tokens but " + std::to_string(positions.size()) +
+                        " positions");
+    }
+    if (mask && mask->size() != T) {
+      return make_error("forward: attention mask is " + std::to_string(mask->size()) + "x" +
+                        std::to_string(mask->size()) + " for " + std::to_string(T) + " tokens");
+    }
+    const auto& kc = kv.config();
+    if (kc.n_layers != cfg.n_layers || kc.n_kv_heads != cfg.n_kv_heads || kc.head_dim != cfg.head_dim) {
+      return make_error("forward: KV cache shape (layers " + std::to_string(kc.n_layers) + ", KV heads " +
+                        std::to_string(kc.n_kv_heads) + ", head dim " + std::to_string(kc.head_dim) +
+                        ") does not match the model");
+    }
+    const int64_t V = cfg.vocab_size;
+    const int64_t want = rows == LogitRows::All ? T * V : V;
+    if (static_cast<int64_t>(logits.size()) != want) {
+      return make_error("forward: logits buffer has " + std::to_string(logits.size()) + " floats, need " +
+                        std::to_string(want));
+    }
+    for (int64_t t = 0; t < T; ++t) {
+      if (tokens[t] < 0 || tokens[t] >= V) {
+        return make_error("forward: token id " + std::to_string(tokens[t]) + " outside the vocabulary (0.." +
+                          std::to_string(V - 1) + ")");
+      }
+      if (positions[t] < 0) return make_error("forward: negative position " + std::to_string(positions[t]));
+    }
+    auto first = kv.append_provisional(T);
+    if (!first) return first.error();
+    const int64_t first_new = *first;
+
+    const int64_t dim = cfg.dim, hd = cfg.head_dim, qd = q_dim(), kvd = kv_dim();
+    const int64_t qkv_ld = qd + 2 * kvd;
+    ensure_scratch(T, kv.committed() + T);
+
+    const TensorRef& embd = model->weights.token_embd;
+    const int64_t embd_row = row_bytes(embd);
+    for (int64_t t = 0; t < T; ++t) {
+      (void)dequantize_row(embd.type, embd.data.data() + tokens[t] * embd_row, x.data() + t * dim, dim);
+      rope_table(positions[t], hd, cfg.rope_theta, rope.data() + t * hd);
+    }
+    const RopePairing pairing =
+        cfg.rope_style == RopeStyle::AdjacentPairs ? RopePairing::Adjacent : RopePairing::HalfSplit;
+
+    for (int64_t l = 0; l < cfg.n_layers; ++l) {
+      const PackedLayer& L = layers[static_cast<size_t>(l)];
+      project(L.qkv, x.data(), dim, T, Input::RmsNorm, L.attn_norm.data(), qkv.data(), qkv_ld, false);
+      parallel_for(T, 1, 4, [&](int64_t begin, int64_t end) {
+        for (int64_t t = begin; t < end; ++t) {
+          float* row = qkv.data() + t * qkv_ld;
+          rope_apply(row, cfg.n_heads, hd, rope.data() + t * hd, pairing);
+          rope_apply(row + qd, cfg.n_kv_heads, hd, rope.data() + t * hd, pairing);
+        }
+      });
+      for (int64_t t = 0; t < T; ++t) {
+        const float* row = qkv.data() + t * qkv_ld;
+        kv.write(l, first_new + t, row + qd, row + qd + kvd);
+      }
+      attention(l, T, kv, first_new, mask);
+      project(L.wo, att.data(), qd, T, Input::Plain, nullptr, x.data(), dim, true);
+      project(L.gate_up, x.data(), dim, T, Input::RmsNorm, L.ffn_norm.data(), gu.data(), 2 * cfg.ffn_dim, false);
+      project(L.down, gu.data(), 2 * cfg.ffn_dim, T, Input::SwiGlu, nullptr, x.data(), dim, true);
+    }
+
+    const int64_t out_first = rows == LogitRows::All ? 0 : T - 1;
+    project(output, x.data() + out_first * dim, dim, T - out_first, Input::RmsNorm, output_norm.data(), logits.data(),
+            V, false);
+    return {};
+  }
+};
+
+CpuTransformer::CpuTransformer(const Model& model, const CpuTransformerOptions& options)
+    : impl_(std::make_unique<Impl>(model, options)) {}
+CpuTransformer::~CpuTransformer() = default;
+CpuTransformer::CpuTransformer(CpuTransformer&&) noexcept = default;
+CpuTransformer& CpuTransformer::operator=(CpuTransformer&&) noexcept = default;
+
+const ModelConfig& CpuTransformer::config() const { return impl_->cfg; }
+int CpuTransformer::threads() const { return impl_->pool.size(); }
+Precision CpuTransformer::precision() const { return impl_->precision; }
+
+size_t CpuTransformer::packed_weight_bytes() const {
+  size_t total = impl_->output.bytes();
+  for (const auto& l : impl_->layers) total += l.qkv.bytes() + l.wo.bytes() + l.gate_up.bytes() + l.down.bytes();
+  return total;
+}
+
+Expected<KvCache> CpuTransformer::make_kv_cache(int block_size, int64_t max_tokens) const {
+  return KvCache::for_model(impl_->cfg, block_size, max_tokens);
+}
+
+Status CpuTransformer::forward(std::span<const int32_t> tokens, std::span<const int32_t> positions,
+                               const AttentionMask* mask, KvCache& kv, std::span<float> logits, LogitRows rows) {
+  return impl_->forward(tokens, positions, mask, kv, logits, rows);
+}
+
+}  // namespace specula

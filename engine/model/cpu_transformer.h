@@ -1,0 +1,93 @@
+#pragma once
+// The llama-family transformer on the CPU: embeddings → n_layers × (RMSNorm → QKV → RoPE →
+// attention over the KV cache → output projection → RMSNorm → SwiGLU FFN) → RMSNorm → logits.
+//
+// Weights are repacked once at construction (kernels/cpu/matmul.h): Q4_0/Q4_1/Q8_0 stay
+// quantized (4.5 / 8.5 bits per weight in memory), everything else becomes f32. Q, K and V
+// are one fused matrix, as are gate and up, so a layer has four matmuls.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "engine/core/expected.h"
+#include "engine/kv/kv_cache.h"
+#include "engine/model/loader.h"
+#include "kernels/cpu/aligned_buffer.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace specula {
+
+// Which of the n new tokens each new token may attend to (n × n, row-major; row i, column j:
+// token i sees token j). Every new token also sees the whole committed context.
+class AttentionMask {
+ public:
+  AttentionMask() = default;
+  explicit AttentionMask(int64_t n) : n_(n), allowed_(static_cast<size_t>(n * n), 0) {}
+  static AttentionMask causal(int64_t n);
+  // Tree mask from parent indices (parent[i] < i, -1 for a root): i sees itself and its ancestors.
+  static AttentionMask from_parents(std::span<const int> parents);
+
+  int64_t size() const { return n_; }
+  bool allowed(int64_t i, int64_t j) const { return allowed_[static_cast<size_t>(i * n_ + j)] != 0; }
+  void set(int64_t i, int64_t j, bool allowed) { allowed_[static_cast<size_t>(i * n_ + j)] = allowed ? 1 : 0; }
+  const uint8_t* row(int64_t i) const { return allowed_.data() + i * n_; }
+
+ private:
+  int64_t n_ = 0;
+  std::vector<uint8_t> allowed_;
+};
+
+enum class Precision {
+  // Quantized weights dequantized in registers, f32 activations: the numbers of an f32 forward
+  // over the dequantized weights (transformers' float32), up to summation order.
+  Default,
+  // Quantized weights × activations quantized to int8 per 32 values (ggml's q8_1 scheme):
+  // integer dot products, but ~1e-2 relative error in the logits on SmolLM2.
+  Int8Activations,
+  // Every weight dequantized to f32 at construction (4-8x the memory): the reference.
+  Exact,
+};
+
+enum class LogitRows {
+  All,   // logits for every new token: (n_tokens, vocab)
+  Last,  // only the last new token: (vocab)
+};
+
+struct CpuTransformerOptions {
+  int threads = 0;  // 0 = all hardware threads
+  Precision precision = Precision::Default;
+};
+
+class CpuTransformer {
+ public:
+  // `model` must outlive the transformer (norm weights and embeddings are read in place).
+  explicit CpuTransformer(const Model& model, const CpuTransformerOptions& options = {});
+  ~CpuTransformer();
+  CpuTransformer(CpuTransformer&&) noexcept;
+  CpuTransformer& operator=(CpuTransformer&&) noexcept;
+
+  const ModelConfig& config() const;
+  int threads() const;
+  Precision precision() const;
+  size_t packed_weight_bytes() const;
+
+  // A KV cache shaped for this model (capacity: max_tokens, or the context length when 0).
+  Expected<KvCache> make_kv_cache(int block_size = 16, int64_t max_tokens = 0) const;
+
+  // Runs n = tokens.size() new tokens at the given positions (RoPE), appends their K/V to
+  // `kv` as provisional rows and writes logits. Each new token attends to kv's committed rows
+  // and to the new tokens `mask` allows (nullptr = causal). Rows already provisional before
+  // the call are not attended. logits: (n, vocab) for LogitRows::All, (vocab) for Last.
+  // Plain prefill/decode: forward(causal) then kv.commit_all(). One call at a time per
+  // transformer (it owns the scratch buffers and the thread pool).
+  Status forward(std::span<const int32_t> tokens, std::span<const int32_t> positions, const AttentionMask* mask,
+                 KvCache& kv, std::span<float> logits, LogitRows rows = LogitRows::All);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace specula

@@ -1,0 +1,23 @@
+#pragma once
+// Scaled dot-product attention of a few query heads that share one KV head (a GQA group)
+// over keys/values given as spans of contiguous rows (a KV cache's blocks), each span
+// optionally masked row by row.
+#include <cstdint>
+#include <span>
+
+namespace specula {
+
+struct KvSpan {
+  const float* keys = nullptr;    // (n, head_dim)
+  const float* values = nullptr;  // (n, head_dim)
+  int64_t n = 0;
+  const uint8_t* allowed = nullptr;  // (n): 0 = masked out; nullptr = all rows visible
+};
+
+// q: (n_queries, head_dim); out: (n_queries, head_dim);
+// scores: scratch of n_queries × Σ span.n floats. out_g = Σ_j softmax_j(scale · q_g·k_j) v_j.
+// A query that sees no row gets zeros.
+void attention_group(const float* q, int64_t n_queries, int64_t head_dim, std::span<const KvSpan> spans, float scale,
+                     float* scores, float* out);
+
+}  // namespace specula
