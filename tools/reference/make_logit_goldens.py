@@ -5,7 +5,7 @@ transformers, for tests/engine/model/cpu_transformer_test.cpp (and the *_slow_te
 Environment (a CPU-only venv; the one used lives at /work/refenv):
 
     python3 -m venv /work/refenv
-    /work/refenv/bin/pip install --index-url https://download.pytorch.org/whl/cpu torch
+    /work/refenv/bin/pip install torch
     /work/refenv/bin/pip install transformers accelerate gguf numpy
 
 Run from the repository root (needs models/SmolLM2-135M-Instruct.Q4_1.gguf, scripts/fetch-model):
