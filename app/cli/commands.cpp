@@ -1,7 +1,9 @@
 #include "app/cli/commands.h"
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <iterator>
 #include <sstream>
 #include <string_view>
@@ -11,6 +13,9 @@
 
 #include "engine/generate.h"
 #include "engine/model/loader.h"
+#include "engine/spec/acceptance.h"
+#include "engine/spec/drafters.h"
+#include "engine/spec/speculative.h"
 #include "engine/text/utf8_stream.h"
 
 namespace specula::cli {
@@ -40,9 +45,182 @@ Expected<Model> load(const std::string& spec) {
   return load_model(path);
 }
 
+std::string default_accept(const SpeculationArgs& spec, float temperature) {
+  return spec.accept ? *spec.accept : (temperature > 0 ? "sample" : "greedy");
+}
+
+// Everything about the speculation flags that can be checked before a model is loaded.
+Status check_speculation_flags(const SpeculationArgs& spec, float temperature) {
+  static const char* const kDrafters[] = {"none", "ngram", "layerskip", "model"};
+  if (std::find(std::begin(kDrafters), std::end(kDrafters), spec.drafter) == std::end(kDrafters)) {
+    return make_error("--drafter: unknown drafter \"" + spec.drafter + "\"; expected none, ngram, layerskip or model");
+  }
+  if (spec.drafter == "model" && !spec.draft_model) return make_error("--drafter model needs --draft-model M");
+  if (spec.drafter != "model" && spec.draft_model) return make_error("--draft-model is only used with --drafter model");
+  if (auto shape = parse_tree_shape(spec.tree); !shape) return make_error("--tree: " + shape.error().message);
+  if (auto rule = make_acceptance_rule(default_accept(spec, temperature)); !rule) {
+    return make_error("--accept: " + rule.error().message);
+  }
+  if (spec.ngram_min > spec.ngram_n) {
+    return make_error("--ngram-min " + std::to_string(spec.ngram_min) + " is above --ngram-n " + std::to_string(spec.ngram_n));
+  }
+  return Status::success();
+}
+
+// nullptr for --drafter none.
+Expected<std::unique_ptr<Drafter>> make_drafter(const SpeculationArgs& spec, const Model& target, int threads,
+                                                int kv_block_size) {
+  if (spec.drafter == "ngram") return make_ngram_drafter({spec.ngram_n, spec.ngram_min, spec.ngram_max_length});
+  if (spec.drafter == "layerskip") {
+    auto d = make_layerskip_drafter(target, spec.layers, threads, kv_block_size);
+    if (!d) return make_error("--layers: " + d.error().message);
+    return d;
+  }
+  if (spec.drafter == "model") {
+    auto draft = load(*spec.draft_model);
+    if (!draft) return make_error("--draft-model: " + draft.error().message);
+    return make_model_drafter(target, std::make_unique<Model>(std::move(*draft)), threads, kv_block_size);
+  }
+  return std::unique_ptr<Drafter>{};
+}
+
+SpeculativeOptions speculative_options(const SpeculationArgs& spec, int max_tokens, const SamplingParams& sampling,
+                                       int kv_block_size) {
+  SpeculativeOptions o;
+  o.max_tokens = max_tokens;
+  o.sampling = sampling;
+  o.kv_block_size = kv_block_size;
+  o.tree = *parse_tree_shape(spec.tree);  // checked by check_speculation_flags
+  o.accept = default_accept(spec, sampling.temperature);
+  o.controller.enabled = !spec.no_controller;
+  return o;
+}
+
+// The metrics of plain generate(): one target pass per token, nothing drafted.
+SpeculativeMetrics plain_metrics(const GenerateResult& r) {
+  std::vector<RoundRecord> rounds(static_cast<size_t>(r.timings.decode_tokens));
+  for (auto& round : rounds) {
+    round.emitted = 1;
+    round.plain_ms = r.timings.decode_tokens > 0 ? r.timings.decode_seconds * 1e3 / r.timings.decode_tokens : 0;
+  }
+  return summarize_rounds(rounds, r.timings.decode_tokens + 1, r.timings.decode_seconds);
+}
+
+nlohmann::json timings_json(const GenerateTimings& t) {
+  return {{"prefill_tokens", t.prefill_tokens},
+          {"prefill_seconds", t.prefill_seconds},
+          {"prefill_tokens_per_s", t.prefill_tokens_per_s()},
+          {"decode_tokens", t.decode_tokens},
+          {"decode_seconds", t.decode_seconds},
+          {"decode_tokens_per_s", t.decode_tokens_per_s()}};
+}
+
+std::string dump(const nlohmann::json& j, int indent = -1) {
+  // Invalid UTF-8 from a model must not make the JSON writer throw.
+  return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string quoted_token(const Model& m, int32_t id) {
+  return id < 0 ? std::string("(end)") : std::to_string(id) + " " + dump(nlohmann::json(m.tokenizer.token_bytes(id)));
+}
+
+int run_speculative(const GenerateArgs& args, const Model& model, std::span<const int32_t> prompt,
+                    const GenerateOptions& plain_options) {
+  auto drafter = make_drafter(args.spec, model, args.threads, args.kv_block_size);
+  if (!drafter) return fail(drafter.error().message);
+  const auto options = speculative_options(args.spec, args.max_tokens, plain_options.sampling, args.kv_block_size);
+  SpeculativeEngine engine(model, args.threads);
+  Utf8Stream stream;
+  const TokenCallback on_token = [&](int32_t, std::string_view bytes) {
+    if (!args.json) {
+      const std::string ready = stream.push(bytes);
+      std::fwrite(ready.data(), 1, ready.size(), stdout);
+      std::fflush(stdout);
+    }
+    return true;
+  };
+  auto result = engine.generate(prompt, drafter->get(), options, on_token);
+  if (!result) {
+    if (!args.json) std::fputc('\n', stdout);
+    return fail(result.error().message);
+  }
+  std::optional<GenerateResult> shadow;
+  std::optional<Divergence> divergence;
+  if (args.shadow) {
+    auto plain = generate(model, prompt, plain_options, nullptr);
+    if (!plain) return fail("shadow: " + plain.error().message);
+    divergence = first_divergence(result->tokens, plain->tokens);
+    shadow = std::move(*plain);
+  }
+  const auto& m = result->metrics;
+  // Plain and speculative sampling draw different random numbers, so their token streams are
+  // comparable only when the target side is greedy.
+  const bool comparable = result->acceptance == "greedy" || !(options.sampling.temperature > 0);
+  if (args.json) {
+    nlohmann::json out = {
+        {"model", model.path.string()},
+        {"text", result->text},
+        {"tokens", result->tokens},
+        {"prompt_tokens", prompt.size()},
+        {"stop_reason", result->stopped_by_eos ? "eos" : "max_tokens"},
+        {"timings", timings_json(result->timings)},
+        {"speculative",
+         {{"drafter", result->drafter},
+          {"tree", options.tree.to_string()},
+          {"accept", result->acceptance},
+          {"lossless", result->lossless},
+          {"controller", options.controller.enabled}}},
+        {"metrics", to_json(m)},
+    };
+    if (!result->lossless) out["speculative"]["warning"] = "lossy acceptance: the output does not follow the target distribution";
+    if (shadow) {
+      nlohmann::json sh = {{"plain_tokens", shadow->tokens.size()},
+                           {"plain_decode_tokens_per_s", shadow->timings.decode_tokens_per_s()},
+                           {"comparable", comparable},
+                           {"diverged", divergence.has_value()}};
+      if (divergence) {
+        sh["first_divergence"] = {{"index", divergence->index},
+                                  {"speculative_token", divergence->speculative_token},
+                                  {"plain_token", divergence->plain_token}};
+      }
+      out["shadow"] = sh;
+    }
+    std::puts(dump(out).c_str());
+    return 0;
+  }
+  const std::string rest = stream.flush();
+  std::fwrite(rest.data(), 1, rest.size(), stdout);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+  const auto& t = result->timings;
+  std::fprintf(stderr, "prefill: %d tokens, %.1f tokens/s | decode: %d tokens, %.1f tokens/s\n", t.prefill_tokens,
+               t.prefill_tokens_per_s(), t.decode_tokens, t.decode_tokens_per_s());
+  std::fprintf(stderr,
+               "speculative: %s, tree %s, accept %s%s | mean accepted length %.2f (p50 %.0f, p90 %.0f), %.2f target "
+               "passes/token, draft %.1f ms, verify %.1f ms, plain %.1f ms, rollback %lld tokens, controller "
+               "fallbacks %d\n",
+               result->drafter.c_str(), options.tree.to_string().c_str(), result->acceptance.c_str(),
+               result->lossless ? "" : " (LOSSY: output does not follow the target distribution)",
+               m.mean_accepted_length, m.accepted_length_p50, m.accepted_length_p90, m.target_passes_per_token,
+               m.draft_ms, m.verify_ms, m.plain_decode_ms, static_cast<long long>(m.rollback_tokens),
+               m.controller_fallbacks);
+  if (shadow) {
+    if (!divergence) {
+      std::fprintf(stderr, "shadow: no divergence from plain decoding over %zu tokens\n", result->tokens.size());
+    } else {
+      std::fprintf(stderr, "shadow: first divergence at token %lld: speculative %s, plain %s%s\n",
+                   static_cast<long long>(divergence->index), quoted_token(model, divergence->speculative_token).c_str(),
+                   quoted_token(model, divergence->plain_token).c_str(),
+                   comparable ? "" : " (sampling: plain and speculative runs draw differently)");
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int run_generate(const GenerateArgs& args) {
+  if (auto ok = check_speculation_flags(args.spec, args.temperature); !ok) return fail(ok.error().message);
   auto prompt_text = read_prompt(args);
   if (!prompt_text) return fail(prompt_text.error().message);
   auto model = load(args.model);
@@ -64,6 +242,7 @@ int run_generate(const GenerateArgs& args) {
   options.sampling = SamplingParams{args.temperature, args.top_k, args.top_p, args.seed};
   options.kv_block_size = args.kv_block_size;
   options.threads = args.threads;
+  if (args.spec.drafter != "none" || args.shadow) return run_speculative(args, *model, prompt, options);
 
   Utf8Stream stream;  // never splits a multi-byte character across writes
   const TokenCallback on_token = [&](int32_t, std::string_view bytes) {
@@ -94,9 +273,9 @@ int run_generate(const GenerateArgs& args) {
           {"decode_tokens", t.decode_tokens},
           {"decode_seconds", t.decode_seconds},
           {"decode_tokens_per_s", t.decode_tokens_per_s()}}},
+        {"metrics", to_json(plain_metrics(*result))},
     };
-    // Invalid UTF-8 from a model must not make the JSON writer throw.
-    std::puts(out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    std::puts(dump(out).c_str());
     return 0;
   }
   const std::string rest = stream.flush();
@@ -105,6 +284,142 @@ int run_generate(const GenerateArgs& args) {
   std::fflush(stdout);
   std::fprintf(stderr, "prefill: %d tokens, %.1f tokens/s | decode: %d tokens, %.1f tokens/s\n",
                t.prefill_tokens, t.prefill_tokens_per_s(), t.decode_tokens, t.decode_tokens_per_s());
+  return 0;
+}
+
+namespace {
+
+// Spec-Bench reports the eight MT-bench categories as one.
+std::string specbench_category(const std::string& category) {
+  static const char* const kMtBench[] = {"writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem",
+                                         "humanities"};
+  return std::find(std::begin(kMtBench), std::end(kMtBench), category) != std::end(kMtBench) ? "mt_bench" : category;
+}
+
+struct BenchItem {
+  std::string category;
+  std::string prompt;
+};
+
+Expected<std::vector<BenchItem>> read_specbench(const std::string& path, int limit) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return make_error(path + ": cannot open Spec-Bench data");
+  std::vector<BenchItem> items;
+  std::map<std::string, int> per_category;
+  int line_no = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++line_no;
+    if (line.empty()) continue;
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("category") || !j["category"].is_string() ||
+        !j.contains("turns") || !j["turns"].is_array() || j["turns"].empty() || !j["turns"][0].is_string()) {
+      return make_error(path + ":" + std::to_string(line_no) + ": expected {\"category\": ..., \"turns\": [\"...\"]}");
+    }
+    BenchItem item{specbench_category(j["category"].get<std::string>()), j["turns"][0].get<std::string>()};
+    if (limit > 0 && per_category[item.category] >= limit) continue;
+    ++per_category[item.category];
+    items.push_back(std::move(item));
+  }
+  if (items.empty()) return make_error(path + ": no items");
+  return items;
+}
+
+}  // namespace
+
+int run_specbench(const SpecbenchArgs& args) {
+  if (args.spec.drafter == "none") return fail("specbench: --drafter none has nothing to compare; pick ngram, layerskip or model");
+  if (auto ok = check_speculation_flags(args.spec, 0.0f); !ok) return fail(ok.error().message);
+  auto items = read_specbench(args.data, args.limit);
+  if (!items) return fail(items.error().message);
+  auto model = load(args.model);
+  if (!model) return fail(model.error().message);
+  auto drafter = make_drafter(args.spec, *model, args.threads, args.kv_block_size);
+  if (!drafter) return fail(drafter.error().message);
+  const auto options = speculative_options(args.spec, args.max_tokens, SamplingParams{}, args.kv_block_size);
+  SpeculativeEngine engine(*model, args.threads);
+
+  struct Totals {
+    int items = 0;
+    int spec_rounds = 0;
+    double accepted_sum = 0;  // sum over speculative rounds of the accepted length
+    double plain_seconds = 0, spec_seconds = 0;
+    int plain_tokens = 0, spec_tokens = 0;
+    int mismatches = 0;       // items whose greedy outputs differ (a lossless run has none)
+    nlohmann::json to_json() const {
+      const double plain_tpot = plain_tokens > 0 ? plain_seconds / plain_tokens : 0;
+      const double spec_tpot = spec_tokens > 0 ? spec_seconds / spec_tokens : 0;
+      return {{"items", items},
+              {"mean_accepted_length", spec_rounds > 0 ? accepted_sum / spec_rounds : 1.0},
+              {"plain_tokens_per_s", plain_seconds > 0 ? plain_tokens / plain_seconds : 0},
+              {"speculative_tokens_per_s", spec_seconds > 0 ? spec_tokens / spec_seconds : 0},
+              {"speedup", spec_tpot > 0 ? plain_tpot / spec_tpot : 0},
+              {"output_mismatches", mismatches}};
+    }
+  };
+  std::map<std::string, Totals> categories;
+  Totals overall;
+  std::vector<std::string> order;
+  for (size_t i = 0; i < items->size(); ++i) {
+    const BenchItem& item = (*items)[i];
+    const ChatMessage user{"user", item.prompt};
+    const std::string text = model->tokenizer.apply_chat_template(std::span(&user, 1), true);
+    std::vector<int32_t> prompt;
+    if (model->tokenizer.add_bos() && model->tokenizer.bos_id() >= 0) prompt.push_back(model->tokenizer.bos_id());
+    const auto encoded = model->tokenizer.encode(text, true);
+    prompt.insert(prompt.end(), encoded.begin(), encoded.end());
+    // Plain and speculative runs of the same prompt back to back, on the same packed weights.
+    auto plain = engine.generate(prompt, nullptr, options, nullptr);
+    if (!plain) return fail("specbench item " + std::to_string(i + 1) + " (" + item.category + "): " + plain.error().message);
+    auto spec = engine.generate(prompt, drafter->get(), options, nullptr);
+    if (!spec) return fail("specbench item " + std::to_string(i + 1) + " (" + item.category + "): " + spec.error().message);
+    if (!categories.count(item.category)) order.push_back(item.category);
+    for (Totals* t : {&categories[item.category], &overall}) {
+      ++t->items;
+      t->spec_rounds += spec->metrics.speculative_rounds;
+      t->accepted_sum += spec->metrics.mean_accepted_length * spec->metrics.speculative_rounds;
+      t->plain_seconds += plain->timings.decode_seconds;
+      t->plain_tokens += plain->timings.decode_tokens;
+      t->spec_seconds += spec->timings.decode_seconds;
+      t->spec_tokens += spec->timings.decode_tokens;
+      t->mismatches += plain->tokens != spec->tokens ? 1 : 0;
+    }
+    if (!args.json) {
+      std::fprintf(stderr, "\r%zu/%zu %s", i + 1, items->size(), item.category.c_str());
+      std::fflush(stderr);
+    }
+  }
+  if (!args.json) std::fputc('\n', stderr);
+
+  nlohmann::json report = {{"model", model->path.string()},
+                           {"data", args.data},
+                           {"drafter", (*drafter)->name()},
+                           {"tree", options.tree.to_string()},
+                           {"accept", options.accept},
+                           {"controller", options.controller.enabled},
+                           {"max_tokens", args.max_tokens},
+                           {"limit_per_category", args.limit},
+                           {"threads", engine.transformer().threads()},
+                           {"overall", overall.to_json()}};
+  for (const auto& name : order) report["categories"][name] = categories[name].to_json();
+  if (args.out) {
+    std::ofstream out(*args.out, std::ios::binary);
+    if (!out) return fail(*args.out + ": cannot write the JSON report");
+    out << dump(report, 2) << "\n";
+  }
+  if (args.json) {
+    std::puts(dump(report).c_str());
+    return 0;
+  }
+  std::printf("specbench: %s, drafter %s, tree %s, accept %s, %d tokens per item\n", model->path.filename().c_str(),
+              (*drafter)->name().c_str(), options.tree.to_string().c_str(), options.accept.c_str(), args.max_tokens);
+  std::printf("%-16s %6s %10s %12s %12s %8s\n", "category", "items", "accepted", "plain tok/s", "spec tok/s", "speedup");
+  auto row = [](const std::string& name, const nlohmann::json& j) {
+    std::printf("%-16s %6d %10.2f %12.1f %12.1f %7.2fx\n", name.c_str(), j["items"].get<int>(),
+                j["mean_accepted_length"].get<double>(), j["plain_tokens_per_s"].get<double>(),
+                j["speculative_tokens_per_s"].get<double>(), j["speedup"].get<double>());
+  };
+  for (const auto& name : order) row(name, report["categories"][name]);
+  row("overall", report["overall"]);
   return 0;
 }
 

@@ -7,6 +7,20 @@
 
 namespace specula::cli {
 
+// Speculative decoding flags, shared by generate and specbench.
+struct SpeculationArgs {
+  std::string drafter = "none";          // none | ngram | layerskip | model
+  std::optional<std::string> draft_model;
+  std::string tree = "chain:4";          // chain:K | static:B1,B2,... | dynamic:DEPTH,TOPK,TOTAL
+  std::optional<std::string> accept;     // greedy | sample | cascade:TAU (default: greedy at
+                                         // temperature 0, else sample)
+  std::string layers = "every-other";    // layerskip subset
+  int ngram_n = 3;
+  int ngram_min = 1;
+  int ngram_max_length = 0;
+  bool no_controller = false;
+};
+
 struct GenerateArgs {
   std::string model = "default";
   std::optional<std::string> prompt;
@@ -20,9 +34,24 @@ struct GenerateArgs {
   int threads = 0;
   int kv_block_size = 16;
   bool json = false;
+  SpeculationArgs spec;
+  bool shadow = false;
+};
+
+struct SpecbenchArgs {
+  std::string model = "default";
+  std::string data;
+  int limit = 0;  // items per category, 0 = all
+  int max_tokens = 64;
+  int threads = 0;
+  int kv_block_size = 16;
+  bool json = false;
+  std::optional<std::string> out;  // also write the JSON report here
+  SpeculationArgs spec;
 };
 
 int run_generate(const GenerateArgs& args);
+int run_specbench(const SpecbenchArgs& args);
 int run_inspect(const std::string& model);
 int run_tokenize(const std::string& model, const std::string& text, bool parse_special);
 

@@ -7,6 +7,31 @@
 
 #include "app/cli/commands.h"
 
+namespace {
+
+void add_speculation_flags(CLI::App* cmd, specula::cli::SpeculationArgs& spec) {
+  cmd->add_option("--drafter", spec.drafter, "Speculative drafter: none | ngram | layerskip | model")
+      ->capture_default_str();
+  cmd->add_option("--draft-model", spec.draft_model,
+                  "Draft model for --drafter model (GGUF or HF directory; must share the target's tokenizer)");
+  cmd->add_option("--tree", spec.tree, "Draft tree: chain:K | static:B1,B2,... | dynamic:DEPTH,TOPK,TOTAL")
+      ->capture_default_str();
+  cmd->add_option("--accept", spec.accept,
+                  "Acceptance: greedy | sample | cascade:TAU (lossy); default greedy at temperature 0, else sample");
+  cmd->add_option("--layers", spec.layers, "Layers the layerskip drafter runs: every-other | first:N | last:N | list:I,J,...")
+      ->capture_default_str();
+  cmd->add_option("--ngram-n", spec.ngram_n, "Longest suffix the ngram drafter matches")
+      ->check(CLI::Range(1, 64))->capture_default_str();
+  cmd->add_option("--ngram-min", spec.ngram_min, "Shortest suffix the ngram drafter accepts as a match")
+      ->check(CLI::Range(1, 64))->capture_default_str();
+  cmd->add_option("--ngram-max-length", spec.ngram_max_length, "Deepest ngram draft (0 = the tree's depth)")
+      ->check(CLI::Range(0, 64))->capture_default_str();
+  cmd->add_flag("--no-controller", spec.no_controller,
+                "Speculate every round (no break-even fallback to plain decoding)");
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using specula::cli::GenerateArgs;
   CLI::App app{"specula-cli: speculative decoding with sparse verification, from the command line"};
@@ -36,7 +61,28 @@ int main(int argc, char** argv) {
   generate->add_option("--kv-block-size", gen.kv_block_size, "Tokens per KV-cache block (8..128)")
       ->check(CLI::Range(8, 128))->capture_default_str();
   generate->add_flag("--json", gen.json,
-                     "Print one JSON object {text, tokens, timings} instead of streaming text");
+                     "Print one JSON object {text, tokens, timings, metrics} instead of streaming text");
+  add_speculation_flags(generate, gen.spec);
+  generate->add_flag("--shadow", gen.shadow,
+                     "Also run plain decoding and report the first token where the outputs diverge");
+
+  specula::cli::SpecbenchArgs bench;
+  auto* specbench = app.add_subcommand(
+      "specbench", "Spec-Bench style: per category, mean accepted length and speedup over plain decoding");
+  specbench->add_option("--model,-m", bench.model, "Target model (GGUF, HF directory or 'default')")
+      ->capture_default_str();
+  specbench->add_option("--data", bench.data, "Spec-Bench jsonl (question_id, category, turns)")->required();
+  specbench->add_option("--limit", bench.limit, "Items per category (0 = all)")
+      ->check(CLI::Range(0, 1 << 20))->capture_default_str();
+  specbench->add_option("--max-tokens,-n", bench.max_tokens, "Tokens to generate per item at most")
+      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  specbench->add_option("--threads", bench.threads, "CPU threads (0 = all cores)")
+      ->check(CLI::Range(0, 1024))->capture_default_str();
+  specbench->add_option("--kv-block-size", bench.kv_block_size, "Tokens per KV-cache block (8..128)")
+      ->check(CLI::Range(8, 128))->capture_default_str();
+  specbench->add_flag("--json", bench.json, "Print the JSON report instead of the table");
+  specbench->add_option("--out", bench.out, "Also write the JSON report to this file");
+  add_speculation_flags(specbench, bench.spec);
 
   std::string inspect_model;
   auto* inspect = app.add_subcommand("inspect", "Print architecture, hyper-parameters, tokenizer and tensor table");
@@ -70,6 +116,7 @@ int main(int argc, char** argv) {
       }
       return specula::cli::run_generate(gen);
     }
+    if (*specbench) return specula::cli::run_specbench(bench);
     if (*inspect) return specula::cli::run_inspect(inspect_model);
     if (*tokenize) return specula::cli::run_tokenize(tok_model, tok_text, !tok_no_special);
   } catch (const std::exception& e) {

@@ -1,0 +1,51 @@
+#pragma once
+// Break-even controller: speculate only while it pays.
+//
+// It compares two costs per output token, both exponential moving averages of measured time:
+//   speculative  (draft_ms + verify_ms) / tokens emitted, per speculative round
+//   plain        ms of one plain decode step (one token)
+// Speculation pays while speculative < plain · margin. The first decode step is plain, to learn
+// the plain cost. After `warmup` speculative rounds that do not pay, it falls back to plain
+// decoding for `probe_after` steps (re-measuring the plain cost), then returns to speculation to
+// probe; a failed probe doubles the wait (up to max_probe_after), a paying one resets it.
+#include <cstdint>
+
+namespace specula {
+
+struct ControllerOptions {
+  bool enabled = true;        // false: always speculate
+  double margin = 1.0;        // speculation must cost below plain · margin per token
+  double smoothing = 0.3;     // weight of the newest measurement in the averages
+  int warmup = 3;             // speculative rounds in a stint before judging it
+  int probe_after = 8;        // plain steps before speculating again
+  int max_probe_after = 128;
+};
+
+class BreakEvenController {
+ public:
+  explicit BreakEvenController(const ControllerOptions& options = {}) : options_(options), wait_(options.probe_after) {}
+
+  // The decision for the next round.
+  bool speculate() const;
+  void record_plain(double ms);
+  void record_speculative(int emitted_tokens, double draft_ms, double verify_ms);
+
+  int fallbacks() const { return fallbacks_; }
+  int returns() const { return returns_; }
+  double plain_ms_per_token() const { return plain_ms_; }       // 0 until measured
+  double speculative_ms_per_token() const { return spec_ms_; }  // 0 until measured
+  bool pays() const;  // the current estimate says speculation beats plain decoding
+
+ private:
+  ControllerOptions options_;
+  bool speculating_ = true;
+  double plain_ms_ = 0;
+  double spec_ms_ = 0;
+  int stint_rounds_ = 0;  // speculative rounds since the last (re)start
+  int plain_left_ = 0;    // plain steps before the next probe
+  int wait_;              // current probe_after (backs off)
+  int fallbacks_ = 0;
+  int returns_ = 0;
+};
+
+}  // namespace specula

@@ -1,0 +1,240 @@
+#include "engine/spec/drafters.h"
+
+#include <algorithm>
+#include <charconv>
+#include <numeric>
+#include <optional>
+#include <string>
+
+#include "engine/kv/kv_cache.h"
+#include "engine/model/cpu_transformer.h"
+#include "engine/spec/sampling_filters.h"
+
+namespace specula {
+namespace {
+
+// ---- ngram (prompt lookup) ----------------------------------------------------------------
+
+class NgramDrafter final : public Drafter {
+ public:
+  explicit NgramDrafter(const NgramOptions& options) : options_(options) {}
+
+  std::string name() const override {
+    std::string name = "ngram:n=" + std::to_string(options_.n_max);
+    if (options_.n_min != 1) name += ",min=" + std::to_string(options_.n_min);
+    if (options_.max_length > 0) name += ",len=" + std::to_string(options_.max_length);
+    return name;
+  }
+  void reset() override {}
+  const DrafterStats& stats() const override { return stats_; }
+
+  Expected<DraftTree> draft(std::span<const int32_t> sequence, const DraftRequest& request) override {
+    std::vector<int32_t> context(sequence.begin(), sequence.end());
+    const auto base = context.size();
+    const DraftDistributionFn lookup = [&](std::span<const int32_t> prefix) -> Expected<DraftDistribution> {
+      if (options_.max_length > 0 && static_cast<int>(prefix.size()) >= options_.max_length) return DraftDistribution(1, 0.0f);
+      context.resize(base);
+      context.insert(context.end(), prefix.begin(), prefix.end());
+      return continuations(context);
+    };
+    return build_draft_tree(request.shape, lookup, DraftChoice::kTopK);
+  }
+
+ private:
+  // The tokens that followed earlier occurrences of the longest matching suffix, as a
+  // distribution over their counts. All zeros (one entry) when no suffix of n_min.. tokens recurs.
+  DraftDistribution continuations(std::span<const int32_t> context) const {
+    const auto len = static_cast<int64_t>(context.size());
+    for (int64_t n = std::min<int64_t>(options_.n_max, len - 1); n >= std::max(1, options_.n_min); --n) {
+      const auto suffix = context.subspan(static_cast<size_t>(len - n));
+      std::vector<int32_t> next;
+      for (int64_t i = 0; i + n < len; ++i) {  // occurrence context[i, i+n) followed by context[i+n]
+        if (std::equal(suffix.begin(), suffix.end(), context.begin() + i)) next.push_back(context[static_cast<size_t>(i + n)]);
+      }
+      if (next.empty()) continue;
+      DraftDistribution q(static_cast<size_t>(*std::max_element(next.begin(), next.end())) + 1, 0.0f);
+      for (int32_t t : next) q[static_cast<size_t>(t)] += 1.0f / static_cast<float>(next.size());
+      return q;
+    }
+    return DraftDistribution(1, 0.0f);
+  }
+
+  NgramOptions options_;
+  DrafterStats stats_;
+};
+
+// ---- transformer-backed drafters (layerskip, model) ----------------------------------------
+
+class TransformerDrafter final : public Drafter {
+ public:
+  TransformerDrafter(std::string name, std::unique_ptr<Model> model, int threads, KvCache kv)
+      : name_(std::move(name)),
+        model_(std::move(model)),
+        transformer_(*model_, CpuTransformerOptions{threads, Precision::Default}),
+        kv_(std::move(kv)),
+        logits_(static_cast<size_t>(model_->config.vocab_size)),
+        root_logits_(logits_.size()) {}
+
+  std::string name() const override { return name_; }
+  const DrafterStats& stats() const override { return stats_; }
+  void reset() override {
+    kv_.clear();
+    seen_.clear();
+  }
+
+  Expected<DraftTree> draft(std::span<const int32_t> sequence, const DraftRequest& request) override {
+    if (sequence.empty()) return make_error(name_ + ": cannot draft after an empty sequence");
+    // The draft KV must hold a prefix of the sequence; anything else (a new prompt) starts over.
+    if (seen_.size() > sequence.size() || !std::equal(seen_.begin(), seen_.end(), sequence.begin())) reset();
+    if (seen_.size() == sequence.size()) {
+      // Nothing new since the last call: the root logits are still those of sequence.back().
+    } else {
+      const auto fresh = sequence.subspan(seen_.size());
+      std::vector<int32_t> positions(fresh.size());
+      std::iota(positions.begin(), positions.end(), static_cast<int32_t>(seen_.size()));
+      if (auto s = transformer_.forward(fresh, positions, nullptr, kv_, root_logits_, LogitRows::Last); !s) {
+        kv_.rollback();
+        return make_error(name_ + ": " + s.error().message);
+      }
+      kv_.commit_all();
+      ++stats_.draft_forwards;
+      stats_.draft_tokens += static_cast<int64_t>(fresh.size());
+      seen_.assign(sequence.begin(), sequence.end());
+    }
+    // Room for the deepest draft path as provisional rows (the target checks its own context).
+    if (kv_.committed() + request.shape.max_nodes() > kv_.capacity()) return DraftTree{};
+
+    const auto base = static_cast<int32_t>(kv_.committed());
+    const DraftDistributionFn next = [&](std::span<const int32_t> prefix) -> Expected<DraftDistribution> {
+      if (prefix.empty()) return apply_sampling_filters(root_logits_, request.filters);
+      std::vector<int32_t> positions(prefix.size());
+      std::iota(positions.begin(), positions.end(), base);
+      auto s = transformer_.forward(prefix, positions, nullptr, kv_, logits_, LogitRows::Last);
+      kv_.rollback();  // the path's rows are provisional and never outlive this call
+      if (!s) return s.error();
+      ++stats_.draft_forwards;
+      stats_.draft_tokens += static_cast<int64_t>(prefix.size());
+      stats_.rollback_tokens += static_cast<int64_t>(prefix.size());
+      return apply_sampling_filters(logits_, request.filters);
+    };
+    auto tree = build_draft_tree(request.shape, next, request.choice, request.rng);
+    if (!tree) return make_error(name_ + ": " + tree.error().message);
+    return tree;
+  }
+
+ private:
+  std::string name_;
+  std::unique_ptr<Model> model_;  // the weights transformer_ reads; stable address
+  CpuTransformer transformer_;
+  KvCache kv_;
+  std::vector<int32_t> seen_;  // the sequence tokens kv_ holds, all committed
+  std::vector<float> logits_;       // (vocab) scratch
+  std::vector<float> root_logits_;  // (vocab) after seen_.back()
+  DrafterStats stats_;
+};
+
+Expected<std::unique_ptr<Drafter>> make_transformer_drafter(std::string name, std::unique_ptr<Model> model,
+                                                            int64_t context, int threads, int kv_block_size) {
+  auto kv = KvCache::for_model(model->config, kv_block_size, context);
+  if (!kv) return make_error(name + ": " + kv.error().message);
+  return std::unique_ptr<Drafter>(std::make_unique<TransformerDrafter>(std::move(name), std::move(model), threads,
+                                                                       std::move(*kv)));
+}
+
+Expected<int> parse_int(std::string_view text, std::string_view where) {
+  int value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size()) {
+    return make_error(std::string(where) + ": \"" + std::string(text) + "\" is not a whole number");
+  }
+  return value;
+}
+
+}  // namespace
+
+std::unique_ptr<Drafter> make_ngram_drafter(const NgramOptions& options) {
+  return std::make_unique<NgramDrafter>(options);
+}
+
+Expected<std::vector<int>> parse_layer_subset(std::string_view spec, int64_t n_layers) {
+  const std::string where = "layer subset \"" + std::string(spec) + "\"";
+  const std::string expected = "; expected every-other, first:N, last:N or list:I,J,...";
+  std::vector<int> layers;
+  const auto colon = spec.find(':');
+  const std::string_view kind = spec.substr(0, colon);
+  const std::string_view arg = colon == std::string_view::npos ? std::string_view{} : spec.substr(colon + 1);
+  if (kind == "every-other" && colon == std::string_view::npos) {
+    for (int l = 0; l < n_layers; l += 2) layers.push_back(l);
+  } else if ((kind == "first" || kind == "last") && !arg.empty()) {
+    auto n = parse_int(arg, where);
+    if (!n) return n.error();
+    if (*n < 1 || *n > n_layers) {
+      return make_error(where + ": " + std::to_string(*n) + " layers of a model with " + std::to_string(n_layers));
+    }
+    const int first = kind == "first" ? 0 : static_cast<int>(n_layers) - *n;
+    for (int l = first; l < first + *n; ++l) layers.push_back(l);
+  } else if (kind == "list" && !arg.empty()) {
+    for (size_t begin = 0; begin <= arg.size();) {
+      const size_t comma = std::min(arg.find(',', begin), arg.size());
+      auto l = parse_int(arg.substr(begin, comma - begin), where);
+      if (!l) return l.error();
+      if (*l < 0 || *l >= n_layers) {
+        return make_error(where + ": layer " + std::to_string(*l) + " outside 0.." + std::to_string(n_layers - 1));
+      }
+      layers.push_back(*l);
+      begin = comma + 1;
+    }
+    std::sort(layers.begin(), layers.end());
+    if (std::adjacent_find(layers.begin(), layers.end()) != layers.end()) return make_error(where + ": a layer is listed twice");
+  } else {
+    return make_error(where + ": unknown form" + expected);
+  }
+  if (layers.empty()) return make_error(where + ": no layers" + expected);
+  return layers;
+}
+
+Expected<std::unique_ptr<Drafter>> make_layerskip_drafter(const Model& target, std::string_view spec, int threads,
+                                                          int kv_block_size) {
+  auto layers = parse_layer_subset(spec, target.config.n_layers);
+  if (!layers) return layers.error();
+  // A model that is the target minus some layers: the same mapped weights (shared storage),
+  // no tokenizer (the transformer never reads it).
+  auto subset = std::make_unique<Model>();
+  subset->config = target.config;
+  subset->config.n_layers = static_cast<int64_t>(layers->size());
+  subset->weights = target.weights;
+  subset->weights.layers.clear();
+  for (int l : *layers) subset->weights.layers.push_back(target.weights.layers[static_cast<size_t>(l)]);
+  subset->path = target.path;
+  subset->format = target.format;
+  return make_transformer_drafter("layerskip:" + std::string(spec), std::move(subset), target.config.context_length,
+                                  threads, kv_block_size);
+}
+
+Status check_same_tokenizer(const Model& target, const Model& draft) {
+  const std::string who = "draft model " + draft.path.string() + " and target " + target.path.string();
+  const int32_t tv = target.tokenizer.vocab_size(), dv = draft.tokenizer.vocab_size();
+  if (tv != dv || target.config.vocab_size != draft.config.vocab_size) {
+    return make_error(who + " have different vocabularies (" + std::to_string(dv) + " vs " + std::to_string(tv) +
+                      " tokens, " + std::to_string(draft.config.vocab_size) + " vs " +
+                      std::to_string(target.config.vocab_size) + " logits); a draft model must share the target's tokenizer");
+  }
+  for (int32_t id = 0; id < tv; ++id) {
+    if (target.tokenizer.token_bytes(id) != draft.tokenizer.token_bytes(id)) {
+      return make_error(who + " have different tokenizers (token " + std::to_string(id) +
+                        " differs); a draft model must share the target's tokenizer");
+    }
+  }
+  return Status::success();
+}
+
+Expected<std::unique_ptr<Drafter>> make_model_drafter(const Model& target, std::unique_ptr<Model> draft, int threads,
+                                                      int kv_block_size) {
+  if (!draft) return make_error("model drafter: no draft model");
+  if (auto same = check_same_tokenizer(target, *draft); !same) return same.error();
+  const int64_t context = std::min(target.config.context_length, draft->config.context_length);
+  std::string name = "model:" + draft->path.filename().string();
+  return make_transformer_drafter(std::move(name), std::move(draft), context, threads, kv_block_size);
+}
+
+}  // namespace specula

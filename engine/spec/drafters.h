@@ -1,0 +1,83 @@
+#pragma once
+// Drafters: the cheap guessers of speculative decoding. Each one answers "what might follow
+// this sequence?" as a DraftTree of the requested shape (engine/spec/draft_tree.h).
+//
+//  ngram      prompt lookup: the longest suffix (n_max down to n_min tokens) of the sequence
+//             that occurred before; the tokens that followed its earlier occurrences form the
+//             draft distribution, so several matches branch into a tree. No weights.
+//  layerskip  self-speculation: the target's own weights with a subset of its layers
+//             ("every-other", "first:N", "last:N", "list:0,2,5"); its own KV cache.
+//  model      a separate draft model that shares the target's tokenizer; its own KV cache.
+//
+// The sequence handed to draft() is everything committed so far, prompt included, ending with
+// the token the tree hangs off. It only ever grows by whole rounds, so a drafter with a KV
+// cache keeps exactly a prefix of it committed: before drafting it feeds the tokens it has not
+// seen (the accepted path and the correction of the last round) and commits them; every draft
+// node it evaluates is provisional and rolled back before draft() returns. Nothing a rejected
+// branch wrote survives the round.
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/core/expected.h"
+#include "engine/model/loader.h"
+#include "engine/sampling/sampler.h"
+#include "engine/spec/draft_tree.h"
+
+namespace specula {
+
+struct DraftRequest {
+  TreeShape shape;
+  // Transform from draft logits to the draft distribution q. Lossless sampling needs the
+  // target's; greedy and cascade acceptance ignore q, so any ranking transform works there.
+  SamplingParams filters;
+  DraftChoice choice = DraftChoice::kTopK;
+  std::mt19937_64* rng = nullptr;  // for DraftChoice::kSample
+};
+
+struct DrafterStats {
+  int64_t draft_forwards = 0;      // forward passes of a draft transformer (0 for ngram)
+  int64_t draft_tokens = 0;        // tokens those passes processed
+  int64_t rollback_tokens = 0;     // provisional draft-KV rows discarded
+};
+
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  virtual std::string name() const = 0;  // "ngram:n=3", "layerskip:every-other", "model:path"
+  // Forgets all state (a new sequence starts).
+  virtual void reset() = 0;
+  // A tree hanging off sequence.back(). May be empty (nothing worth proposing).
+  virtual Expected<DraftTree> draft(std::span<const int32_t> sequence, const DraftRequest& request) = 0;
+  virtual const DrafterStats& stats() const = 0;
+};
+
+struct NgramOptions {
+  int n_max = 3;       // longest suffix tried
+  int n_min = 1;       // shortest suffix accepted as a match
+  int max_length = 0;  // deepest draft (0 = whatever the tree shape allows)
+};
+
+std::unique_ptr<Drafter> make_ngram_drafter(const NgramOptions& options = {});
+
+// "every-other" (layers 0, 2, 4, ...), "first:N", "last:N", or "list:I,J,..." for a model of
+// n_layers layers. Sorted, distinct, non-empty; the last layer alone ("last:1") is allowed.
+Expected<std::vector<int>> parse_layer_subset(std::string_view spec, int64_t n_layers);
+
+// `target` must outlive the drafter. threads: as CpuTransformerOptions (0 = all cores).
+Expected<std::unique_ptr<Drafter>> make_layerskip_drafter(const Model& target, std::string_view layers,
+                                                          int threads = 0, int kv_block_size = 16);
+
+// Checks that the draft model can speak for the target: same vocabulary size and the same bytes
+// for every token id. The error names both models and the first difference.
+Status check_same_tokenizer(const Model& target, const Model& draft);
+
+// Takes ownership of the draft model; refuses one whose tokenizer differs from target's.
+Expected<std::unique_ptr<Drafter>> make_model_drafter(const Model& target, std::unique_ptr<Model> draft,
+                                                      int threads = 0, int kv_block_size = 16);
+
+}  // namespace specula

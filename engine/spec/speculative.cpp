@@ -1,0 +1,236 @@
+#include "engine/spec/speculative.h"
+
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+#include <random>
+
+#include "engine/spec/acceptance.h"
+#include "engine/spec/sampling_filters.h"
+
+namespace specula {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+TreeShape default_tree() {
+  TreeShape shape;
+  shape.kind = TreeShape::Kind::kChain;
+  shape.branching.assign(4, 1);
+  return shape;
+}
+
+}  // namespace
+
+SpeculativeOptions::SpeculativeOptions() : tree(default_tree()) {}
+
+std::optional<Divergence> first_divergence(std::span<const int32_t> speculative, std::span<const int32_t> plain) {
+  const size_t n = std::min(speculative.size(), plain.size());
+  for (size_t i = 0; i < n; ++i) {
+    if (speculative[i] != plain[i]) return Divergence{static_cast<int64_t>(i), speculative[i], plain[i]};
+  }
+  if (speculative.size() == plain.size()) return std::nullopt;
+  return Divergence{static_cast<int64_t>(n), n < speculative.size() ? speculative[n] : -1,
+                    n < plain.size() ? plain[n] : -1};
+}
+
+Status verify_forward(CpuTransformer& target, KvCache& kv, int32_t pending, const DraftTree& tree,
+                      std::span<float> logits) {
+  const int n = tree.size();
+  const auto P = static_cast<int32_t>(kv.committed());
+  std::vector<int32_t> tokens(static_cast<size_t>(n + 1));
+  std::vector<int32_t> positions(static_cast<size_t>(n + 1));
+  std::vector<int> parents(static_cast<size_t>(n + 1));
+  tokens[0] = pending;
+  positions[0] = P;
+  parents[0] = -1;
+  for (DraftNodeId id = 0; id < n; ++id) {
+    const DraftNode& node = tree.node(id);
+    tokens[static_cast<size_t>(id + 1)] = node.token;
+    positions[static_cast<size_t>(id + 1)] = P + node.depth;
+    parents[static_cast<size_t>(id + 1)] = node.parent + 1;  // the root (-1) is the pending token, row 0
+  }
+  const AttentionMask mask = AttentionMask::from_parents(parents);
+  return target.forward(tokens, positions, &mask, kv, logits, LogitRows::All);
+}
+
+SpeculativeEngine::SpeculativeEngine(const Model& target, int threads)
+    : model_(&target), transformer_(target, CpuTransformerOptions{threads, Precision::Default}) {}
+
+int64_t SpeculativeEngine::kv_row_bytes() const {
+  const ModelConfig& c = model_->config;
+  return c.n_layers * c.n_kv_heads * c.head_dim * 2 * static_cast<int64_t>(sizeof(float));
+}
+
+Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t> prompt, Drafter* drafter,
+                                                        const SpeculativeOptions& options,
+                                                        const TokenCallback& on_token) {
+  const ModelConfig& cfg = model_->config;
+  const Tokenizer& tokenizer = model_->tokenizer;
+  const auto n_prompt = static_cast<int64_t>(prompt.size());
+  if (n_prompt == 0) return make_error("generate: empty prompt");
+  if (n_prompt >= cfg.context_length) {
+    return make_error("prompt has " + std::to_string(n_prompt) + " tokens, context is " +
+                      std::to_string(cfg.context_length));
+  }
+  if (options.max_tokens < 0) return make_error("generate: max_tokens " + std::to_string(options.max_tokens) + " is negative");
+  auto rule = make_acceptance_rule(options.accept);
+  if (!rule) return rule.error();
+  const int max_nodes = drafter ? options.tree.max_nodes() : 0;
+  if (drafter && max_nodes > kMaxDraftNodes) {
+    return make_error("draft tree " + options.tree.to_string() + " has up to " + std::to_string(max_nodes) +
+                      " nodes; at most " + std::to_string(kMaxDraftNodes) + " fit");
+  }
+  // The pending token and a full tree must fit after the prompt at least once.
+  if (drafter && n_prompt + 1 + max_nodes > cfg.context_length) {
+    return make_error("draft tree " + options.tree.to_string() + " (" + std::to_string(max_nodes) +
+                      " nodes) is larger than the context left after the " + std::to_string(n_prompt) +
+                      "-token prompt (" + std::to_string(cfg.context_length - n_prompt - 1) + " positions of " +
+                      std::to_string(cfg.context_length) + ")");
+  }
+
+  SpeculativeResult result;
+  result.acceptance = (*rule)->name();
+  result.lossless = (*rule)->lossless();
+  result.drafter = drafter ? drafter->name() : "none";
+  if (options.max_tokens == 0) return result;
+  const bool greedy = result.acceptance == "greedy";
+  // Greedy acceptance verifies against the argmax, so the target side is temperature 0; the
+  // draft side only ranks candidates (softmax at temperature 1). Lossless sampling needs the same
+  // transform on both sides; cascade ignores q.
+  SamplingParams target_filters = options.sampling;
+  if (greedy) target_filters = SamplingParams{0.0f, 0, 1.0f, options.sampling.seed};
+  const bool sample_rule = result.acceptance == "sample";
+  DraftRequest request;
+  request.shape = options.tree;
+  request.filters = sample_rule ? target_filters : SamplingParams{1.0f, 0, 1.0f, 0};
+  std::mt19937_64 rng(options.sampling.seed);
+  request.rng = &rng;
+  request.choice = sample_rule && target_filters.temperature > 0 && options.tree.kind != TreeShape::Kind::kDynamic
+                       ? DraftChoice::kSample
+                       : DraftChoice::kTopK;
+
+  const int64_t max_new = std::min<int64_t>(options.max_tokens, cfg.context_length - n_prompt + 1);
+  const int64_t capacity = std::min(cfg.context_length, n_prompt + max_new + max_nodes + 1);
+  auto kv = transformer_.make_kv_cache(options.kv_block_size, capacity);
+  if (!kv) return kv.error();
+  if (drafter) drafter->reset();
+  const int64_t draft_rollback_before = drafter ? drafter->stats().rollback_tokens : 0;
+  BreakEvenController controller(options.controller);
+  const int64_t row_bytes = kv_row_bytes();
+  const auto V = static_cast<size_t>(cfg.vocab_size);
+  std::vector<float> logits(V);
+  std::vector<float> probs;
+
+  auto choose = [&](std::span<const float> row) -> int32_t {
+    if (!(target_filters.temperature > 0)) return argmax(row);
+    const auto p = apply_sampling_filters(row, target_filters);
+    return sample_index(std::span<const float>(p), rng);
+  };
+
+  std::vector<int32_t> sequence(prompt.begin(), prompt.end());
+  std::vector<int32_t> positions(static_cast<size_t>(n_prompt));
+  std::iota(positions.begin(), positions.end(), 0);
+  auto start = Clock::now();
+  if (auto s = transformer_.forward(prompt, positions, nullptr, *kv, logits, LogitRows::Last); !s) return s.error();
+  kv->commit_all();
+  int32_t pending = choose(logits);
+  result.timings.prefill_tokens = static_cast<int>(n_prompt);
+  result.timings.prefill_seconds = ms_since(start) / 1e3;
+
+  // Emits one token; false when generation ends with it.
+  bool done = false;
+  auto emit = [&](int32_t token) {
+    result.tokens.push_back(token);
+    sequence.push_back(token);
+    if (options.stop_at_eos && tokenizer.is_end_of_generation(token)) {
+      result.stopped_by_eos = true;
+      done = true;
+      return;
+    }
+    const std::string bytes = tokenizer.token_bytes(token);
+    result.text += bytes;
+    if (on_token && !on_token(token, bytes)) done = true;
+    if (static_cast<int64_t>(result.tokens.size()) >= max_new) done = true;
+  };
+
+  start = Clock::now();
+  emit(pending);
+  while (!done) {
+    RoundRecord round;
+    const auto P = static_cast<int32_t>(kv->committed());
+    DraftTree tree;
+    const bool room = P + 1 + max_nodes <= kv->capacity();
+    if (drafter && room && controller.speculate()) {
+      const auto t0 = Clock::now();
+      auto drafted = drafter->draft(sequence, request);
+      if (!drafted) return drafted.error();
+      tree = std::move(*drafted);
+      round.draft_ms = ms_since(t0);
+    }
+    std::vector<int32_t> emitted;
+    if (tree.empty()) {
+      const auto t0 = Clock::now();
+      if (auto s = transformer_.forward({&pending, 1}, {&P, 1}, nullptr, *kv, logits, LogitRows::Last); !s) {
+        return s.error();
+      }
+      kv->commit_all();
+      emitted.push_back(choose(logits));
+      round.plain_ms = ms_since(t0);
+      if (round.draft_ms > 0) {
+        controller.record_speculative(1, round.draft_ms, round.plain_ms);  // a declined draft still cost its time
+      } else {
+        controller.record_plain(round.plain_ms);
+      }
+    } else {
+      const auto t0 = Clock::now();
+      const int n = tree.size();
+      const size_t rows = static_cast<size_t>(n + 1);
+      probs.resize(rows * V);
+      std::vector<float> all_logits(rows * V);
+      if (auto s = verify_forward(transformer_, *kv, pending, tree, all_logits); !s) return s.error();
+      for (size_t r = 0; r < rows; ++r) {
+        const auto p = apply_sampling_filters(std::span<const float>(all_logits).subspan(r * V, V), target_filters);
+        std::copy(p.begin(), p.end(), probs.begin() + static_cast<std::ptrdiff_t>(r * V));
+      }
+      auto accepted = (*rule)->accept(tree, TargetProbs{probs, static_cast<int>(V)}, rng);
+      if (!accepted) {
+        kv->rollback();
+        return accepted.error();
+      }
+      std::vector<int> keep = {0};
+      for (DraftNodeId id : accepted->accepted_path) keep.push_back(id + 1);
+      if (auto s = kv->commit(keep); !s) return s.error();
+      emitted = accepted->emitted_tokens(tree);
+      round.speculative = true;
+      round.tree_nodes = n;
+      round.tree_depth = tree.max_depth();
+      round.accepted = static_cast<int>(accepted->accepted_path.size());
+      round.rollback_tokens = n - round.accepted;
+      round.rejected_kv_bytes = round.rollback_tokens * row_bytes;
+      round.verify_ms = ms_since(t0);
+      controller.record_speculative(static_cast<int>(emitted.size()), round.draft_ms, round.verify_ms);
+    }
+    for (int32_t token : emitted) {
+      if (done) break;
+      emit(token);
+      ++round.emitted;
+    }
+    pending = emitted.back();
+    result.rounds.push_back(round);
+  }
+  const double decode_seconds = result.tokens.size() > 1 ? ms_since(start) / 1e3 : 0.0;
+  result.timings.decode_tokens = static_cast<int>(result.tokens.size()) - 1;
+  result.timings.decode_seconds = decode_seconds;
+  result.metrics = summarize_rounds(result.rounds, static_cast<int>(result.tokens.size()), decode_seconds);
+  result.metrics.controller_fallbacks = controller.fallbacks();
+  result.metrics.controller_returns = controller.returns();
+  if (drafter) result.metrics.draft_rollback_tokens = drafter->stats().rollback_tokens - draft_rollback_before;
+  return result;
+}
+
+}  // namespace specula

@@ -1,0 +1,87 @@
+#pragma once
+// Speculative generation on the CPU backend. After prefill, each round:
+//   1. the drafter proposes a tree hanging off the last emitted token t (not yet in the KV);
+//   2. ONE target forward runs over [t, node 0, ..., node n-1] under the tree mask, at
+//      positions P (t, with P = committed rows) and P + depth (nodes): row 0 gives the
+//      distribution after t, row 1 + i the one after node i;
+//   3. the acceptance rule picks the accepted path and the correction / bonus token from the
+//      target distributions (after apply_sampling_filters);
+//   4. kv.commit([0, 1 + path...]) keeps t and the accepted nodes' rows and drops the rest.
+// The round emits the path tokens and the correction/bonus token, which is fed next round.
+// A round without a tree (no drafter, the controller fell back, nothing to propose, the context
+// nearly full) is one plain decode step.
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/core/expected.h"
+#include "engine/generate.h"
+#include "engine/kv/kv_cache.h"
+#include "engine/model/cpu_transformer.h"
+#include "engine/spec/controller.h"
+#include "engine/spec/draft_tree.h"
+#include "engine/spec/drafters.h"
+#include "engine/spec/metrics.h"
+
+namespace specula {
+
+struct SpeculativeOptions {
+  int max_tokens = 128;
+  SamplingParams sampling;
+  int kv_block_size = 16;
+  bool stop_at_eos = true;
+  TreeShape tree;                  // default: chain:4
+  std::string accept = "greedy";   // "greedy" | "sample" | "cascade:T"
+  ControllerOptions controller;
+  SpeculativeOptions();
+};
+
+struct SpeculativeResult {
+  std::vector<int32_t> tokens;  // generated ids (prompt excluded)
+  std::string text;
+  GenerateTimings timings;
+  bool stopped_by_eos = false;
+  std::string acceptance;        // the rule's name
+  bool lossless = true;          // false for cascade: the output does not follow the target
+  std::string drafter;           // drafter name, "none" for plain decoding
+  std::vector<RoundRecord> rounds;
+  SpeculativeMetrics metrics;
+};
+
+// The first index where two token streams differ (a length difference counts at the shorter
+// length), or nullopt when they are equal.
+struct Divergence {
+  int64_t index = 0;
+  int32_t speculative_token = -1;  // -1: that stream ended
+  int32_t plain_token = -1;
+};
+std::optional<Divergence> first_divergence(std::span<const int32_t> speculative, std::span<const int32_t> plain);
+
+// Runs the target over the pending token and every tree node in one forward (tree mask,
+// positions as above); logits: (1 + tree.size(), vocab). The rows are left provisional.
+Status verify_forward(CpuTransformer& target, KvCache& kv, int32_t pending, const DraftTree& tree,
+                      std::span<float> logits);
+
+// One target transformer reused across prompts (weights packed once).
+class SpeculativeEngine {
+ public:
+  // `target` must outlive the engine. threads: 0 = all cores.
+  explicit SpeculativeEngine(const Model& target, int threads = 0);
+
+  // drafter == nullptr: plain decoding through the same loop. on_token may be null.
+  Expected<SpeculativeResult> generate(std::span<const int32_t> prompt, Drafter* drafter,
+                                       const SpeculativeOptions& options, const TokenCallback& on_token);
+
+  const Model& model() const { return *model_; }
+  CpuTransformer& transformer() { return transformer_; }
+  // Bytes of one KV row of the target (all layers, K and V).
+  int64_t kv_row_bytes() const;
+
+ private:
+  const Model* model_;
+  CpuTransformer transformer_;
+};
+
+}  // namespace specula

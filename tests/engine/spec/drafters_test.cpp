@@ -1,0 +1,146 @@
+// Drafters: prompt-lookup trees from known sequences, layer-subset parsing, tokenizer checks,
+// and the transformer drafters' KV staying in step (a draft model equal to the target).
+#include "engine/spec/drafters.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+namespace specula {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kTiny = fs::path(SPECULA_TEST_DATA_DIR) / "hf/tiny-llama-f16";
+
+std::unique_ptr<Model> load(const fs::path& path) {
+  auto m = load_model(path);
+  EXPECT_TRUE(m.ok()) << (m ? "" : m.error().message);
+  return m ? std::make_unique<Model>(std::move(*m)) : nullptr;
+}
+
+DraftRequest request(std::string_view shape) {
+  DraftRequest r;
+  auto s = parse_tree_shape(shape);
+  EXPECT_TRUE(s.ok());
+  r.shape = *s;
+  r.filters = SamplingParams{1.0f, 0, 1.0f, 0};
+  return r;
+}
+
+TEST(NgramDrafter, ContinuesTheLongestEarlierMatch) {
+  auto d = make_ngram_drafter({3, 1, 0});
+  // ... 1 2 3 4 5 6 ... 9 1 2 3 -> the suffix "1 2 3" recurs, followed by 4 5 6.
+  const std::vector<int32_t> seq = {1, 2, 3, 4, 5, 6, 9, 1, 2, 3};
+  auto tree = d->draft(seq, request("chain:3"));
+  ASSERT_TRUE(tree.ok()) << tree.error().message;
+  ASSERT_EQ(tree->size(), 3);
+  EXPECT_EQ(tree->path_tokens(2), (std::vector<int32_t>{4, 5, 6}));
+  EXPECT_FLOAT_EQ(tree->node(0).draft_prob, 1.0f);
+}
+
+TEST(NgramDrafter, SeveralMatchesBranch) {
+  auto d = make_ngram_drafter({2, 1, 0});
+  // "7 8" was followed once by 1 and once by 2 (then 3 after "8 2" ... ).
+  const std::vector<int32_t> seq = {7, 8, 1, 5, 7, 8, 2, 6, 7, 8};
+  auto tree = d->draft(seq, request("static:2,1"));
+  ASSERT_TRUE(tree.ok()) << tree.error().message;
+  ASSERT_EQ(tree->children(kDraftRoot).size(), 2u);
+  EXPECT_EQ(tree->node(0).token, 1);
+  EXPECT_EQ(tree->node(1).token, 2);
+  EXPECT_FLOAT_EQ(tree->node(0).draft_prob, 0.5f);
+  // Each branch continues its own match: 8 1 -> 5, 8 2 -> 6.
+  EXPECT_EQ(tree->size(), 4);
+  EXPECT_EQ(tree->path_tokens(2), (std::vector<int32_t>{1, 5}));
+  EXPECT_EQ(tree->path_tokens(3), (std::vector<int32_t>{2, 6}));
+}
+
+TEST(NgramDrafter, NoMatchMeansNoTreeAndMaxLengthCaps) {
+  auto d = make_ngram_drafter({3, 2, 0});
+  auto none = d->draft(std::vector<int32_t>{1, 2, 3, 4, 5}, request("chain:4"));
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+  auto capped = make_ngram_drafter({2, 1, 2});
+  auto tree = capped->draft(std::vector<int32_t>{1, 2, 3, 4, 5, 6, 1, 2}, request("chain:5"));
+  ASSERT_TRUE(tree.ok());
+  EXPECT_EQ(tree->size(), 2);
+  EXPECT_EQ(tree->path_tokens(1), (std::vector<int32_t>{3, 4}));
+}
+
+TEST(LayerSubset, ParsesEveryForm) {
+  EXPECT_EQ(*parse_layer_subset("every-other", 5), (std::vector<int>{0, 2, 4}));
+  EXPECT_EQ(*parse_layer_subset("first:2", 30), (std::vector<int>{0, 1}));
+  EXPECT_EQ(*parse_layer_subset("last:2", 30), (std::vector<int>{28, 29}));
+  EXPECT_EQ(*parse_layer_subset("list:5,1,3", 30), (std::vector<int>{1, 3, 5}));
+  for (const char* bad : {"first:0", "first:31", "list:1,1", "list:30", "half", "first:x", "list:"}) {
+    auto r = parse_layer_subset(bad, 30);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.error().message.find(bad), std::string::npos) << r.error().message;
+  }
+}
+
+TEST(ModelDrafter, RefusesAnotherTokenizer) {
+  auto target = load(kTiny);
+  ASSERT_TRUE(target);
+  // The same model with two vocabulary entries swapped: same size, different ids.
+  const fs::path dir = fs::temp_directory_path() / ("specula_drafter_tok_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  for (const char* f : {"config.json", "model.safetensors"}) fs::copy_file(kTiny / f, dir / f, fs::copy_options::overwrite_existing);
+  nlohmann::json tok = nlohmann::json::parse(std::ifstream(kTiny / "tokenizer.json"));
+  auto& vocab = tok["model"]["vocab"];
+  const auto a = vocab["a"].get<int>();
+  vocab["a"] = vocab["b"].get<int>();
+  vocab["b"] = a;
+  std::ofstream(dir / "tokenizer.json") << tok.dump();
+  auto other = load(dir);
+  ASSERT_TRUE(other);
+  auto drafter = make_model_drafter(*target, std::move(other));
+  ASSERT_FALSE(drafter.ok());
+  EXPECT_NE(drafter.error().message.find("different tokenizers"), std::string::npos) << drafter.error().message;
+  fs::remove_all(dir);
+
+  auto same = make_model_drafter(*target, load(kTiny));
+  EXPECT_TRUE(same.ok());
+}
+
+TEST(TransformerDrafters, KeepTheirKvInStepAndRollBackDrafts) {
+  auto target = load(kTiny);
+  ASSERT_TRUE(target);
+  auto drafter = make_layerskip_drafter(*target, "first:1", 1);
+  ASSERT_TRUE(drafter.ok()) << drafter.error().message;
+  std::vector<int32_t> seq = {1, 400, 500, 600};
+  auto first = (*drafter)->draft(seq, request("chain:3"));
+  ASSERT_TRUE(first.ok()) << first.error().message;
+  EXPECT_EQ(first->size(), 3);
+  // 4 prompt tokens fed once, then prefixes of 1 and 2 draft tokens, each rolled back.
+  EXPECT_EQ((*drafter)->stats().draft_tokens, 4 + 1 + 2);
+  EXPECT_EQ((*drafter)->stats().rollback_tokens, 1 + 2);
+  // The sequence grows by two tokens: only those two are fed, and the same sequence drafted by
+  // a fresh drafter gives the same tree.
+  seq.push_back(first->node(0).token);
+  seq.push_back(77);
+  auto second = (*drafter)->draft(seq, request("chain:3"));
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ((*drafter)->stats().draft_tokens, 7 + 2 + 1 + 2);
+  auto fresh = make_layerskip_drafter(*target, "first:1", 1);
+  auto again = (*fresh)->draft(seq, request("chain:3"));
+  ASSERT_TRUE(again.ok());
+  ASSERT_EQ(again->size(), second->size());
+  for (int i = 0; i < again->size(); ++i) {
+    EXPECT_EQ(again->node(i).token, second->node(i).token);
+    EXPECT_NEAR(again->node(i).draft_prob, second->node(i).draft_prob, 1e-5);
+  }
+  // A different sequence (not an extension) starts over.
+  auto other = (*drafter)->draft(std::vector<int32_t>{1, 9, 9}, request("chain:2"));
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(other->size(), 2);
+}
+
+}  // namespace
+}  // namespace specula
