@@ -73,6 +73,8 @@ int main(int argc, char** argv) {
   app.add_option("--reps", reps)->capture_default_str()->check(CLI::Range(1, 100));
   app.add_option("--dir", dir, "where the scratch databases go")->capture_default_str();
   app.add_option("--out", out_path, "also write the JSON here");
+  std::string commit = "unknown";
+  app.add_option("--commit", commit, "commit the binary was built from");
   CLI11_PARSE(app, argc, argv);
 
   const auto names = kernel_names();
@@ -129,6 +131,8 @@ int main(int argc, char** argv) {
       {"date", specula::bench::utc_now()},
       {"host", specula::bench::host_info()},
       {"command", specula::bench::command_line(argc, argv)},
+      {"commit", commit},
+      {"device", "CPU: " + specula::bench::cpu_model_name()},
       {"sqlite_version", sqlite3_libversion()},
       {"records", records},
       {"batch", batch},
