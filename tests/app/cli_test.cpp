@@ -14,65 +14,15 @@
 #include <string>
 
 #include "engine/model/loader.h"
+#include "tests/app/cli_runner.h"
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using namespace specula::cli_test;  // run_cli, scratch, expect_clean_failure, ...
 
 namespace {
 
-struct CliRun {
-  int exit_code = -1;
-  bool crashed = false;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
-
-CliRun run_cli(const std::string& args) {
-  const fs::path dir = fs::temp_directory_path() / ("specula_cli_test_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  // `timeout` turns a hang into a failure instead of a stuck suite.
-  const std::string cmd = "timeout 300 " + std::string(SPECULA_CLI) + " " + args + " >" + (dir / "out").string() +
-                          " 2>" + (dir / "err").string() + " </dev/null";
-  const int status = std::system(cmd.c_str());
-  CliRun r;
-  r.out = slurp(dir / "out");
-  r.err = slurp(dir / "err");
-  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
-  // A signal (or the shell's 128+N for one) is a crash.
-  r.crashed = !WIFEXITED(status) || r.exit_code >= 124;
-  return r;
-}
-
-std::string quote(const fs::path& p) {
-  std::string quoted = "'";
-  quoted.append(p.string());
-  quoted.push_back('\'');
-  return quoted;
-}
-
-fs::path scratch(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("specula_cli_inputs_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  return dir / name;
-}
-
 void write_bytes(const fs::path& p, const std::string& bytes) { std::ofstream(p, std::ios::binary) << bytes; }
-
-int count_lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
-
-// One clear line, non-zero exit, no crash, and the message contains `needle`.
-void expect_clean_failure(const CliRun& r, const std::string& needle) {
-  EXPECT_FALSE(r.crashed) << r.err;
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_EQ(count_lines(r.err), 1) << r.err;
-  EXPECT_THAT(r.err, HasSubstr(needle));
-}
-
-bool have_default_model() { return fs::exists(specula::resolve_model_path("default")); }
 
 TEST(CliGenerate, CapitalOfFranceGreedy) {
   if (!have_default_model()) {

@@ -16,51 +16,13 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/model/loader.h"
+#include "tests/app/cli_runner.h"
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using namespace specula::cli_test;  // run_cli, scratch, expect_clean_failure, ...
 
 namespace {
-
-struct CliRun {
-  int exit_code = -1;
-  bool crashed = false;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
-
-fs::path scratch(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("specula_spec_cli_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  return dir / name;
-}
-
-CliRun run_cli(const std::string& args) {
-  const std::string cmd = "timeout 600 " + std::string(SPECULA_CLI) + " " + args + " >" + scratch("out").string() +
-                          " 2>" + scratch("err").string() + " </dev/null";
-  const int status = std::system(cmd.c_str());
-  CliRun r;
-  r.out = slurp(scratch("out"));
-  r.err = slurp(scratch("err"));
-  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
-  r.crashed = !WIFEXITED(status) || r.exit_code >= 124;
-  return r;
-}
-
-int count_lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
-
-void expect_clean_failure(const CliRun& r, const std::string& needle) {
-  EXPECT_FALSE(r.crashed) << r.err;
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_EQ(count_lines(r.err), 1) << r.err;
-  EXPECT_THAT(r.err, HasSubstr(needle));
-}
-
-bool have_default_model() { return fs::exists(specula::resolve_model_path("default")); }
 
 const fs::path kTiny = fs::path(SPECULA_TEST_DATA_DIR) / "hf/tiny-llama-f16";
 
