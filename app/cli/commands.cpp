@@ -21,6 +21,18 @@
 namespace specula::cli {
 namespace {
 
+// Streams generated text to stdout as it arrives, whole characters only; silent under --json.
+TokenCallback stdout_streamer(bool json, Utf8Stream& stream) {
+  return [json, &stream](int32_t, std::string_view bytes) {
+    if (!json) {
+      const std::string ready = stream.push(bytes);
+      std::fwrite(ready.data(), 1, ready.size(), stdout);
+      std::fflush(stdout);
+    }
+    return true;
+  };
+}
+
 int fail(const std::string& message) {
   std::fprintf(stderr, "specula-cli: %s\n", message.c_str());
   return 1;
@@ -131,14 +143,7 @@ int run_speculative(const GenerateArgs& args, const Model& model, std::span<cons
   const auto options = speculative_options(args.spec, args.max_tokens, plain_options.sampling, args.kv_block_size);
   SpeculativeEngine engine(model, args.threads);
   Utf8Stream stream;
-  const TokenCallback on_token = [&](int32_t, std::string_view bytes) {
-    if (!args.json) {
-      const std::string ready = stream.push(bytes);
-      std::fwrite(ready.data(), 1, ready.size(), stdout);
-      std::fflush(stdout);
-    }
-    return true;
-  };
+  const TokenCallback on_token = stdout_streamer(args.json, stream);
   auto result = engine.generate(prompt, drafter->get(), options, on_token);
   if (!result) {
     if (!args.json) std::fputc('\n', stdout);
@@ -245,14 +250,7 @@ int run_generate(const GenerateArgs& args) {
   if (args.spec.drafter != "none" || args.shadow) return run_speculative(args, *model, prompt, options);
 
   Utf8Stream stream;  // never splits a multi-byte character across writes
-  const TokenCallback on_token = [&](int32_t, std::string_view bytes) {
-    if (!args.json) {
-      const std::string ready = stream.push(bytes);
-      std::fwrite(ready.data(), 1, ready.size(), stdout);
-      std::fflush(stdout);
-    }
-    return true;
-  };
+  const TokenCallback on_token = stdout_streamer(args.json, stream);
   auto result = generate(*model, prompt, options, on_token);
   if (!result) {
     if (!args.json) std::fputc('\n', stdout);
