@@ -33,6 +33,17 @@ TokenCallback stdout_streamer(bool json, Utf8Stream& stream) {
   };
 }
 
+// Ends streamed text with what the UTF-8 stream still holds and a newline, then prints the
+// speed line on stderr (stdout stays the generated text alone).
+void finish_stream(Utf8Stream& stream, const GenerateTimings& t) {
+  const std::string rest = stream.flush();
+  std::fwrite(rest.data(), 1, rest.size(), stdout);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+  std::fprintf(stderr, "prefill: %d tokens, %.1f tokens/s | decode: %d tokens, %.1f tokens/s\n", t.prefill_tokens,
+               t.prefill_tokens_per_s(), t.decode_tokens, t.decode_tokens_per_s());
+}
+
 int fail(const std::string& message) {
   std::fprintf(stderr, "specula-cli: %s\n", message.c_str());
   return 1;
@@ -193,13 +204,7 @@ int run_speculative(const GenerateArgs& args, const Model& model, std::span<cons
     std::puts(dump(out).c_str());
     return 0;
   }
-  const std::string rest = stream.flush();
-  std::fwrite(rest.data(), 1, rest.size(), stdout);
-  std::fputc('\n', stdout);
-  std::fflush(stdout);
-  const auto& t = result->timings;
-  std::fprintf(stderr, "prefill: %d tokens, %.1f tokens/s | decode: %d tokens, %.1f tokens/s\n", t.prefill_tokens,
-               t.prefill_tokens_per_s(), t.decode_tokens, t.decode_tokens_per_s());
+  finish_stream(stream, result->timings);
   std::fprintf(stderr,
                "speculative: %s, tree %s, accept %s%s | mean accepted length %.2f (p50 %.0f, p90 %.0f), %.2f target "
                "passes/token, draft %.1f ms, verify %.1f ms, plain %.1f ms, rollback %lld tokens, controller "
@@ -276,12 +281,7 @@ int run_generate(const GenerateArgs& args) {
     std::puts(dump(out).c_str());
     return 0;
   }
-  const std::string rest = stream.flush();
-  std::fwrite(rest.data(), 1, rest.size(), stdout);
-  std::fputc('\n', stdout);
-  std::fflush(stdout);
-  std::fprintf(stderr, "prefill: %d tokens, %.1f tokens/s | decode: %d tokens, %.1f tokens/s\n",
-               t.prefill_tokens, t.prefill_tokens_per_s(), t.decode_tokens, t.decode_tokens_per_s());
+  finish_stream(stream, t);
   return 0;
 }
 
