@@ -12,15 +12,9 @@
 
 #include <nlohmann/json.hpp>
 
-namespace specula::bench {
+#include "kernels/cpu/cpu_info.h"
 
-inline std::string cpu_model_name() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown";
-}
+namespace specula::bench {
 
 // The NVIDIA kernel driver's version line ("NVRM version: ... 580.159.04 ..."), empty without one.
 inline std::string nvidia_driver() {
@@ -55,7 +49,7 @@ inline nlohmann::json host_info() {
   uname(&u);
   char host[256] = {};
   gethostname(host, sizeof host - 1);
-  return {{"cpu", cpu_model_name()},
+  return {{"cpu", specula::cpu_model_name()},
           {"hardware_threads", std::thread::hardware_concurrency()},
           {"kernel", std::string(u.sysname) + " " + u.release},
           {"hostname", host}};

@@ -132,7 +132,7 @@ int main(int argc, char** argv) {
       {"host", specula::bench::host_info()},
       {"command", specula::bench::command_line(argc, argv)},
       {"commit", commit},
-      {"device", "CPU: " + specula::bench::cpu_model_name()},
+      {"device", "CPU: " + specula::cpu_model_name()},
       {"sqlite_version", sqlite3_libversion()},
       {"records", records},
       {"batch", batch},

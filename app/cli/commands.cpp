@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/cli/record.h"
 #include "engine/generate.h"
 #include "engine/model/loader.h"
 #include "engine/spec/acceptance.h"
@@ -151,11 +152,23 @@ int run_speculative(const GenerateArgs& args, const Model& model, std::span<cons
                     const GenerateOptions& plain_options) {
   auto drafter = make_drafter(args.spec, model, args.threads, args.kv_block_size);
   if (!drafter) return fail(drafter.error().message);
-  const auto options = speculative_options(args.spec, args.max_tokens, plain_options.sampling, args.kv_block_size);
+  auto options = speculative_options(args.spec, args.max_tokens, plain_options.sampling, args.kv_block_size);
+  std::optional<RunRecording> recording;
+  if (args.record) {
+    auto started = RunRecording::start(args, model, prompt.size(), options);
+    if (!started) return fail(started.error().message);
+    recording = std::move(*started);
+  }
   SpeculativeEngine engine(model, args.threads);
   Utf8Stream stream;
   const TokenCallback on_token = stdout_streamer(args.json, stream);
   auto result = engine.generate(prompt, drafter->get(), options, on_token);
+  std::string recorded;
+  if (recording) {  // also after a failed run: its finished rounds stay readable
+    auto finished = recording->finish();
+    if (!finished) return fail(finished.error().message);
+    recorded = *finished;
+  }
   if (!result) {
     if (!args.json) std::fputc('\n', stdout);
     return fail(result.error().message);
@@ -188,6 +201,7 @@ int run_speculative(const GenerateArgs& args, const Model& model, std::span<cons
           {"controller", options.controller.enabled}}},
         {"metrics", to_json(m)},
     };
+    if (recording) out["session"] = recording->path();
     if (!result->lossless) out["speculative"]["warning"] = "lossy acceptance: the output does not follow the target distribution";
     if (shadow) {
       nlohmann::json sh = {{"plain_tokens", shadow->tokens.size()},
@@ -214,6 +228,7 @@ int run_speculative(const GenerateArgs& args, const Model& model, std::span<cons
                m.mean_accepted_length, m.accepted_length_p50, m.accepted_length_p90, m.target_passes_per_token,
                m.draft_ms, m.verify_ms, m.plain_decode_ms, static_cast<long long>(m.rollback_tokens),
                m.controller_fallbacks);
+  if (recording) std::fprintf(stderr, "%s\n", recorded.c_str());
   if (shadow) {
     if (!divergence) {
       std::fprintf(stderr, "shadow: no divergence from plain decoding over %zu tokens\n", result->tokens.size());
@@ -252,7 +267,7 @@ int run_generate(const GenerateArgs& args) {
   options.sampling = SamplingParams{args.temperature, args.top_k, args.top_p, args.seed};
   options.kv_block_size = args.kv_block_size;
   options.threads = args.threads;
-  if (args.spec.drafter != "none" || args.shadow) return run_speculative(args, *model, prompt, options);
+  if (args.spec.drafter != "none" || args.shadow || args.record) return run_speculative(args, *model, prompt, options);
 
   Utf8Stream stream;  // never splits a multi-byte character across writes
   const TokenCallback on_token = stdout_streamer(args.json, stream);

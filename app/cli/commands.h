@@ -36,6 +36,9 @@ struct GenerateArgs {
   bool json = false;
   SpeculationArgs spec;
   bool shadow = false;
+  std::optional<std::string> record;     // session database to write
+  std::string record_level = "summary";  // summary | full
+  bool overwrite = false;                // replace an existing session file
 };
 
 struct SpecbenchArgs {

@@ -63,6 +63,12 @@ int main(int argc, char** argv) {
   generate->add_flag("--json", gen.json,
                      "Print one JSON object {text, tokens, timings, metrics} instead of streaming text");
   add_speculation_flags(generate, gen.spec);
+  generate->add_option("--record", gen.record,
+                       "Record the run into this session database (SQLite; open it in the app, export, diff)");
+  generate->add_option("--record-level", gen.record_level, "What --record keeps: summary | full (adds per-query selections)")
+      ->check(CLI::IsMember({"summary", "full"}))
+      ->capture_default_str();
+  generate->add_flag("--overwrite", gen.overwrite, "With --record: replace an existing session file");
   generate->add_flag("--shadow", gen.shadow,
                      "Also run plain decoding and report the first token where the outputs diverge");
 

@@ -5,6 +5,7 @@
 #include <numeric>
 #include <random>
 
+#include "engine/observer/phase_span.h"
 #include "engine/spec/acceptance.h"
 #include "engine/spec/sampling_filters.h"
 
@@ -22,6 +23,44 @@ TreeShape default_tree() {
   shape.kind = TreeShape::Kind::kChain;
   shape.branching.assign(4, 1);
   return shape;
+}
+
+std::vector<DraftNodeInfo> node_infos(const DraftTree& tree) {
+  std::vector<DraftNodeInfo> nodes;
+  nodes.reserve(static_cast<size_t>(tree.size()));
+  for (DraftNodeId id = 0; id < tree.size(); ++id) {
+    const DraftNode& n = tree.node(id);
+    nodes.push_back({n.token, n.parent, n.depth, n.draft_prob});
+  }
+  return nodes;
+}
+
+AcceptanceEvent acceptance_event(int64_t round, const AcceptanceResult& accepted) {
+  AcceptanceEvent event;
+  event.round = round;
+  for (const NodeDecision& d : accepted.decisions) {
+    event.nodes.push_back({d.node, d.target_prob, d.verdict == NodeVerdict::kAccepted});
+  }
+  event.accepted_length = 1 + static_cast<int32_t>(accepted.accepted_path.size());
+  event.next_token = accepted.next_token;
+  event.bonus = accepted.bonus;
+  return event;
+}
+
+// A DecisionEvent when the controller switched between speculating and plain decoding.
+void observe_controller(Observer* observer, int64_t round, const BreakEvenController& controller, int& fallbacks,
+                        int& returns) {
+  if (controller.fallbacks() == fallbacks && controller.returns() == returns) return;
+  const bool fell_back = controller.fallbacks() != fallbacks;
+  fallbacks = controller.fallbacks();
+  returns = controller.returns();
+  if (!observes(observer, EventKind::kDecision)) return;
+  const nlohmann::json detail = {{"plain_ms_per_token", controller.plain_ms_per_token()},
+                                 {"speculative_ms_per_token", controller.speculative_ms_per_token()},
+                                 {"fallbacks", fallbacks},
+                                 {"returns", returns}};
+  observer->on_event(DecisionEvent{round, observer_now_ns(), "controller", fell_back ? "fallback" : "resume",
+                                   detail.dump()});
 }
 
 }  // namespace
@@ -132,15 +171,39 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
     return sample_index(std::span<const float>(p), rng);
   };
 
+  Observer* const observer = options.observer;
+  if (observes(observer, EventKind::kSessionStart)) {
+    SessionStartEvent session = options.session;
+    session.time_ns = observer_now_ns();
+    if (session.wall_time_ns == 0) {
+      session.wall_time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 std::chrono::system_clock::now().time_since_epoch())
+                                 .count();
+    }
+    if (session.model_name.empty()) session.model_name = cfg.name;
+    if (session.architecture.empty()) session.architecture = cfg.architecture;
+    if (session.backend.empty()) session.backend = "cpu";
+    observer->on_event(session);
+  }
+
   std::vector<int32_t> sequence(prompt.begin(), prompt.end());
   std::vector<int32_t> positions(static_cast<size_t>(n_prompt));
   std::iota(positions.begin(), positions.end(), 0);
   auto start = Clock::now();
-  if (auto s = transformer_.forward(prompt, positions, nullptr, *kv, logits, LogitRows::Last); !s) return s.error();
+  const int64_t prefill_start_ns = observer_now_ns();
+  nvtx_push("prefill");
+  const Status prefilled = transformer_.forward(prompt, positions, nullptr, *kv, logits, LogitRows::Last);
+  nvtx_pop();
+  if (!prefilled) return prefilled.error();
   kv->commit_all();
   int32_t pending = choose(logits);
   result.timings.prefill_tokens = static_cast<int>(n_prompt);
   result.timings.prefill_seconds = ms_since(start) / 1e3;
+  if (observes(observer, EventKind::kPrefill)) {
+    observer->on_event(PrefillEvent{prefill_start_ns, observer_now_ns(), static_cast<int32_t>(n_prompt)});
+  }
+  int seen_fallbacks = 0;
+  int seen_returns = 0;
 
   // Emits one token; false when generation ends with it.
   bool done = false;
@@ -162,24 +225,33 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
   emit(pending);
   while (!done) {
     RoundRecord round;
+    const auto round_index = static_cast<int64_t>(result.rounds.size());
     const auto P = static_cast<int32_t>(kv->committed());
+    if (observes(observer, EventKind::kRoundBegin)) {
+      observer->on_event(RoundBeginEvent{round_index, observer_now_ns(), P});
+    }
     DraftTree tree;
     const bool room = P + 1 + max_nodes <= kv->capacity();
     if (drafter && room && controller.speculate()) {
-      const auto t0 = Clock::now();
+      PhaseSpan span(observer, "draft", round_index);
       auto drafted = drafter->draft(sequence, request);
       if (!drafted) return drafted.error();
       tree = std::move(*drafted);
-      round.draft_ms = ms_since(t0);
+      round.draft_ms = span.end();
+      if (!tree.empty() && observes(observer, EventKind::kDraftTree)) {
+        observer->on_event(DraftTreeEvent{round_index, drafter->name(), node_infos(tree)});
+      }
     }
     std::vector<int32_t> emitted;
     if (tree.empty()) {
       const auto t0 = Clock::now();
+      PhaseSpan span(observer, "decode", round_index);
       if (auto s = transformer_.forward({&pending, 1}, {&P, 1}, nullptr, *kv, logits, LogitRows::Last); !s) {
         return s.error();
       }
       kv->commit_all();
       emitted.push_back(choose(logits));
+      span.end();
       round.plain_ms = ms_since(t0);
       if (round.draft_ms > 0) {
         controller.record_speculative(1, round.draft_ms, round.plain_ms);  // a declined draft still cost its time
@@ -192,7 +264,11 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
       const size_t rows = static_cast<size_t>(n + 1);
       probs.resize(rows * V);
       std::vector<float> all_logits(rows * V);
-      if (auto s = verify_forward(transformer_, *kv, pending, tree, all_logits); !s) return s.error();
+      {
+        PhaseSpan span(observer, "verify", round_index);
+        if (auto s = verify_forward(transformer_, *kv, pending, tree, all_logits); !s) return s.error();
+      }
+      PhaseSpan accept_span(observer, "accept", round_index);
       for (size_t r = 0; r < rows; ++r) {
         const auto p = apply_sampling_filters(std::span<const float>(all_logits).subspan(r * V, V), target_filters);
         std::copy(p.begin(), p.end(), probs.begin() + static_cast<std::ptrdiff_t>(r * V));
@@ -202,9 +278,13 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
         kv->rollback();
         return accepted.error();
       }
+      accept_span.end();
+      if (observes(observer, EventKind::kAcceptance)) observer->on_event(acceptance_event(round_index, *accepted));
+      PhaseSpan commit_span(observer, "commit", round_index);
       std::vector<int> keep = {0};
       for (DraftNodeId id : accepted->accepted_path) keep.push_back(id + 1);
       if (auto s = kv->commit(keep); !s) return s.error();
+      commit_span.end();
       emitted = accepted->emitted_tokens(tree);
       round.speculative = true;
       round.tree_nodes = n;
@@ -215,12 +295,22 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
       round.verify_ms = ms_since(t0);
       controller.record_speculative(static_cast<int>(emitted.size()), round.draft_ms, round.verify_ms);
     }
+    observe_controller(observer, round_index, controller, seen_fallbacks, seen_returns);
     for (int32_t token : emitted) {
       if (done) break;
       emit(token);
       ++round.emitted;
     }
     pending = emitted.back();
+    if (observes(observer, EventKind::kCommit)) {
+      CommitEvent commit{round_index, {}, round.rollback_tokens, round.rejected_kv_bytes};
+      commit.tokens.assign(emitted.begin(), emitted.begin() + round.emitted);
+      observer->on_event(std::move(commit));
+    }
+    if (observes(observer, EventKind::kRoundEnd)) {
+      observer->on_event(RoundEndEvent{round_index, observer_now_ns(), round.speculative, 1 + round.accepted,
+                                       round.emitted});
+    }
     result.rounds.push_back(round);
   }
   const double decode_seconds = result.tokens.size() > 1 ? ms_since(start) / 1e3 : 0.0;
@@ -230,6 +320,9 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
   result.metrics.controller_fallbacks = controller.fallbacks();
   result.metrics.controller_returns = controller.returns();
   if (drafter) result.metrics.draft_rollback_tokens = drafter->stats().rollback_tokens - draft_rollback_before;
+  if (observes(observer, EventKind::kSessionEnd)) {
+    observer->on_event(SessionEndEvent{observer_now_ns(), to_json(result.metrics).dump()});
+  }
   return result;
 }
 

@@ -20,6 +20,7 @@
 #include "engine/generate.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/model/cpu_transformer.h"
+#include "engine/observer/observer.h"
 #include "engine/spec/controller.h"
 #include "engine/spec/draft_tree.h"
 #include "engine/spec/drafters.h"
@@ -35,6 +36,12 @@ struct SpeculativeOptions {
   TreeShape tree;                  // default: chain:4
   std::string accept = "greedy";   // "greedy" | "sample" | "cascade:T"
   ControllerOptions controller;
+  // Receives the run's events (session, prefill, rounds, trees, acceptance, commits, decisions,
+  // phase spans); null = none. Must outlive generate(). `session` is the SessionStartEvent the
+  // run opens with: the caller fills what only it knows (config_json, model_sha256, device,
+  // version); empty model_name / architecture / backend are filled in from the model.
+  Observer* observer = nullptr;
+  SessionStartEvent session;
   SpeculativeOptions();
 };
 
