@@ -35,7 +35,7 @@ Expected<GenerateResult> generate(const Model& model, std::span<const int32_t> p
   const int64_t max_new = std::min<int64_t>(options.max_tokens, cfg.context_length - n_prompt + 1);
   auto kv = KvCache::for_model(cfg, options.kv_block_size, std::min(cfg.context_length, n_prompt + max_new));
   if (!kv) return kv.error();
-  CpuTransformer transformer(model, CpuTransformerOptions{options.threads, Precision::Default});
+  CpuTransformer transformer(model, CpuTransformerOptions{options.threads, options.precision});
   Sampler sampler(options.sampling);
   std::vector<float> logits(static_cast<size_t>(cfg.vocab_size));
 

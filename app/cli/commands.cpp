@@ -91,6 +91,10 @@ Status check_speculation_flags(const SpeculationArgs& spec, float temperature) {
   return Status::success();
 }
 
+Precision parse_precision(const std::string& name) {
+  return name == "int8" ? Precision::Int8Activations : Precision::Default;  // CLI11 checked the name
+}
+
 // nullptr for --drafter none.
 Expected<std::unique_ptr<Drafter>> make_drafter(const SpeculationArgs& spec, const Model& target, int threads,
                                                 int kv_block_size) {
@@ -159,7 +163,7 @@ int run_speculative(const GenerateArgs& args, const Model& model, std::span<cons
     if (!started) return fail(started.error().message);
     recording = std::move(*started);
   }
-  SpeculativeEngine engine(model, args.threads);
+  SpeculativeEngine engine(model, args.threads, plain_options.precision);
   Utf8Stream stream;
   const TokenCallback on_token = stdout_streamer(args.json, stream);
   auto result = engine.generate(prompt, drafter->get(), options, on_token);
@@ -267,6 +271,7 @@ int run_generate(const GenerateArgs& args) {
   options.sampling = SamplingParams{args.temperature, args.top_k, args.top_p, args.seed};
   options.kv_block_size = args.kv_block_size;
   options.threads = args.threads;
+  options.precision = parse_precision(args.precision);
   if (args.spec.drafter != "none" || args.shadow || args.record) return run_speculative(args, *model, prompt, options);
 
   Utf8Stream stream;  // never splits a multi-byte character across writes
@@ -349,7 +354,7 @@ int run_specbench(const SpecbenchArgs& args) {
   auto drafter = make_drafter(args.spec, *model, args.threads, args.kv_block_size);
   if (!drafter) return fail(drafter.error().message);
   const auto options = speculative_options(args.spec, args.max_tokens, SamplingParams{}, args.kv_block_size);
-  SpeculativeEngine engine(*model, args.threads);
+  SpeculativeEngine engine(*model, args.threads, parse_precision(args.precision));
 
   struct Totals {
     int items = 0;
@@ -412,6 +417,7 @@ int run_specbench(const SpecbenchArgs& args) {
                            {"max_tokens", args.max_tokens},
                            {"limit_per_category", args.limit},
                            {"threads", engine.transformer().threads()},
+                           {"precision", args.precision},
                            {"overall", overall.to_json()}};
   for (const auto& name : order) report["categories"][name] = categories[name].to_json();
   if (args.out) {

@@ -39,6 +39,7 @@ struct GenerateArgs {
   std::optional<std::string> record;     // session database to write
   std::string record_level = "summary";  // summary | full
   bool overwrite = false;                // replace an existing session file
+  std::string precision = "f32";         // f32 | int8 (activations of the target's matmuls)
 };
 
 struct SpecbenchArgs {
@@ -51,6 +52,7 @@ struct SpecbenchArgs {
   bool json = false;
   std::optional<std::string> out;  // also write the JSON report here
   SpeculationArgs spec;
+  std::string precision = "f32";
 };
 
 int run_generate(const GenerateArgs& args);

@@ -62,6 +62,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(8, 128))->capture_default_str();
   generate->add_flag("--json", gen.json,
                      "Print one JSON object {text, tokens, timings, metrics} instead of streaming text");
+  generate->add_option("--precision", gen.precision,
+                       "Target matmul activations: f32 (matches transformers to ~1e-6) | int8 (faster, ~1e-2 logit error)")
+      ->check(CLI::IsMember({"f32", "int8"}))
+      ->capture_default_str();
   add_speculation_flags(generate, gen.spec);
   generate->add_option("--record", gen.record,
                        "Record the run into this session database (SQLite; open it in the app, export, diff)");
@@ -82,6 +86,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1 << 20))->capture_default_str();
   specbench->add_option("--max-tokens,-n", bench.max_tokens, "Tokens to generate per item at most")
       ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  specbench->add_option("--precision", bench.precision, "Target matmul activations: f32 | int8")
+      ->check(CLI::IsMember({"f32", "int8"}))
+      ->capture_default_str();
   specbench->add_option("--threads", bench.threads, "CPU threads (0 = all cores)")
       ->check(CLI::Range(0, 1024))->capture_default_str();
   specbench->add_option("--kv-block-size", bench.kv_block_size, "Tokens per KV-cache block (8..128)")

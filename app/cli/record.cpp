@@ -26,6 +26,7 @@ nlohmann::json generate_config_json(const GenerateArgs& args, const SpeculativeO
           {"layers", args.spec.layers},
           {"ngram", {{"n", args.spec.ngram_n}, {"min", args.spec.ngram_min}, {"max_length", args.spec.ngram_max_length}}},
           {"controller", options.controller.enabled},
+          {"precision", args.precision},
           {"backend", "cpu"}};
 }
 

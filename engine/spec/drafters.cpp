@@ -52,8 +52,10 @@ class NgramDrafter final : public Drafter {
         if (std::equal(suffix.begin(), suffix.end(), context.begin() + i)) next.push_back(context[static_cast<size_t>(i + n)]);
       }
       if (next.empty()) continue;
+      // Counts first, one division each: summing 1/k k times in float can exceed 1.
       DraftDistribution q(static_cast<size_t>(*std::max_element(next.begin(), next.end())) + 1, 0.0f);
-      for (int32_t t : next) q[static_cast<size_t>(t)] += 1.0f / static_cast<float>(next.size());
+      for (int32_t t : next) q[static_cast<size_t>(t)] += 1.0f;
+      for (float& p : q) p /= static_cast<float>(next.size());
       return q;
     }
     return DraftDistribution(1, 0.0f);

@@ -97,8 +97,8 @@ Status verify_forward(CpuTransformer& target, KvCache& kv, int32_t pending, cons
   return target.forward(tokens, positions, &mask, kv, logits, LogitRows::All);
 }
 
-SpeculativeEngine::SpeculativeEngine(const Model& target, int threads)
-    : model_(&target), transformer_(target, CpuTransformerOptions{threads, Precision::Default}) {}
+SpeculativeEngine::SpeculativeEngine(const Model& target, int threads, Precision precision)
+    : model_(&target), transformer_(target, CpuTransformerOptions{threads, precision}) {}
 
 int64_t SpeculativeEngine::kv_row_bytes() const {
   const ModelConfig& c = model_->config;

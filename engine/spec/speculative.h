@@ -75,7 +75,7 @@ Status verify_forward(CpuTransformer& target, KvCache& kv, int32_t pending, cons
 class SpeculativeEngine {
  public:
   // `target` must outlive the engine. threads: 0 = all cores.
-  explicit SpeculativeEngine(const Model& target, int threads = 0);
+  explicit SpeculativeEngine(const Model& target, int threads = 0, Precision precision = Precision::Default);
 
   // drafter == nullptr: plain decoding through the same loop. on_token may be null.
   Expected<SpeculativeResult> generate(std::span<const int32_t> prompt, Drafter* drafter,

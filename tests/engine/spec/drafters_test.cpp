@@ -61,6 +61,22 @@ TEST(NgramDrafter, SeveralMatchesBranch) {
   EXPECT_EQ(tree->path_tokens(3), (std::vector<int32_t>{2, 6}));
 }
 
+// Regression: Spec-Bench summarization failed with "draft probability 1.000000 outside [0, 1]"
+// when one continuation followed k earlier matches and k·(1/k) summed above 1 in float.
+TEST(NgramDrafter, ManyIdenticalMatchesGiveProbabilityOne) {
+  auto d = make_ngram_drafter({1, 1, 0});
+  for (int k : {3, 5, 6, 7, 10, 11, 13, 49}) {
+    std::vector<int32_t> seq;
+    for (int i = 0; i < k; ++i) seq.insert(seq.end(), {4, 9});
+    seq.push_back(4);
+    auto tree = d->draft(seq, request("chain:1"));
+    ASSERT_TRUE(tree.ok()) << "k=" << k << ": " << tree.error().message;
+    ASSERT_EQ(tree->size(), 1);
+    EXPECT_EQ(tree->node(0).token, 9);
+    EXPECT_EQ(tree->node(0).draft_prob, 1.0f) << "k=" << k;
+  }
+}
+
 TEST(NgramDrafter, NoMatchMeansNoTreeAndMaxLengthCaps) {
   auto d = make_ngram_drafter({3, 2, 0});
   auto none = d->draft(std::vector<int32_t>{1, 2, 3, 4, 5}, request("chain:4"));
