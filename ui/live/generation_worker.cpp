@@ -1,24 +1,84 @@
 #include "ui/live/generation_worker.h"
 
+#include <QFileInfo>
+
+#include "engine/model/model_identity.h"
+#include "engine/spec/drafters.h"
 #include "engine/text/utf8_stream.h"
+#include "kernels/cpu/cpu_info.h"
+#include "profiler/recorder.h"
 
 namespace specula::ui {
+namespace {
+
+// Follows the observer stream on the worker thread to label each emitted token: after an
+// AcceptanceEvent the round's first accepted_length - 1 tokens are accepted drafts, the next is
+// the correction or bonus; without one the round was a plain step.
+class TokenLabeler final : public Observer {
+ public:
+  explicit TokenLabeler(GenerationWorker* worker) : worker_(worker) {}
+  ObserveLevel level() const override { return ObserveLevel::kSummary; }
+  void on_event(const Event& event) override {
+    if (const auto* begin = std::get_if<RoundBeginEvent>(&event)) {
+      round_ = static_cast<int>(begin->round);
+      speculative_ = false;
+      drafts_left_ = 0;
+    } else if (const auto* acc = std::get_if<AcceptanceEvent>(&event)) {
+      speculative_ = true;
+      drafts_left_ = acc->accepted_length - 1;
+      bonus_ = acc->bonus;
+    } else if (const auto* end = std::get_if<RoundEndEvent>(&event)) {
+      emit worker_->roundFinished(static_cast<int>(end->round), end->accepted_length, end->speculative, end->emitted);
+    }
+  }
+  // The kind of the next token of the current round.
+  TokenKind next_kind() {
+    if (!speculative_) return TokenKind::kPlain;
+    if (drafts_left_ > 0) {
+      --drafts_left_;
+      return TokenKind::kAcceptedDraft;
+    }
+    return bonus_ ? TokenKind::kBonus : TokenKind::kCorrection;
+  }
+  int round() const { return round_; }
+
+ private:
+  GenerationWorker* worker_;
+  int round_ = -1;
+  bool speculative_ = false;
+  bool bonus_ = false;
+  int drafts_left_ = 0;
+};
+
+}  // namespace
 
 GenerationWorker::GenerationWorker(QObject* parent) : QObject(parent) {}
+GenerationWorker::~GenerationWorker() = default;
+
+bool GenerationWorker::ensure_model(const QString& spec) {
+  if (model_ && loaded_spec_ == spec) return true;
+  emit status(tr("Loading %1 ...").arg(spec));
+  engine_.reset();
+  model_.reset();
+  auto loaded = load_model(resolve_model_path(spec.toStdString()));
+  if (!loaded) {
+    emit failed(QString::fromStdString(loaded.error().message));
+    return false;
+  }
+  model_ = std::make_unique<Model>(std::move(loaded).value());
+  engine_ = std::make_unique<SpeculativeEngine>(*model_, 0);
+  loaded_spec_ = spec;
+  return true;
+}
 
 void GenerationWorker::run(const RunRequest& request) {
   stop_requested_ = false;
-  if (!model_ || loaded_spec_ != request.model_spec) {
-    emit status(tr("Loading %1 ...").arg(request.model_spec));
-    model_.reset();
-    auto loaded = load_model(resolve_model_path(request.model_spec.toStdString()));
-    if (!loaded) {
-      emit failed(QString::fromStdString(loaded.error().message));
-      return;
-    }
-    model_ = std::make_unique<Model>(std::move(loaded).value());
-    loaded_spec_ = request.model_spec;
+  auto tree = parse_tree_shape(request.tree.toStdString());
+  if (!tree) {
+    emit failed(tr("Tree: %1").arg(QString::fromStdString(tree.error().message)));
+    return;
   }
+  if (!ensure_model(request.model_spec)) return;
   const Tokenizer& tok = model_->tokenizer;
   std::string text = request.prompt.toStdString();
   if (request.chat) {
@@ -33,20 +93,86 @@ void GenerationWorker::run(const RunRequest& request) {
     emit failed(tr("The prompt is empty."));
     return;
   }
+
+  std::unique_ptr<Drafter> drafter;
+  if (request.drafter == "ngram") {
+    drafter = make_ngram_drafter();
+  } else if (request.drafter == "layerskip") {
+    auto made = make_layerskip_drafter(*model_, request.layers.toStdString(), 0, request.options.kv_block_size);
+    if (!made) {
+      emit failed(tr("Layerskip drafter: %1").arg(QString::fromStdString(made.error().message)));
+      return;
+    }
+    drafter = std::move(*made);
+  } else if (request.drafter != "none") {
+    emit failed(tr("Unknown drafter '%1' (none, ngram or layerskip)").arg(request.drafter));
+    return;
+  }
+
+  SpeculativeOptions options;
+  options.max_tokens = request.options.max_tokens;
+  options.sampling = request.options.sampling;
+  options.kv_block_size = request.options.kv_block_size;
+  options.stop_at_eos = request.options.stop_at_eos;
+  options.tree = *tree;
+  options.accept = request.accept.toStdString();
+  auto labeler = std::make_shared<TokenLabeler>(this);
+  FanOut fan_out;
+  fan_out.attach(labeler);
+  std::shared_ptr<profiler::Recorder> recorder;
+  if (!request.session_path.isEmpty()) {
+    profiler::RecorderOptions recorder_options;
+    recorder_options.level = ObserveLevel::kSummary;
+    auto created = profiler::Recorder::create(request.session_path.toStdString(), recorder_options);
+    if (!created) {
+      emit failed(tr("Recording: %1").arg(QString::fromStdString(created.error().message)));
+      return;
+    }
+    recorder = *created;
+    fan_out.attach(recorder);
+    const nlohmann::json config = {{"command", "gui"},          {"model", request.model_spec.toStdString()},
+                                   {"chat", request.chat},      {"max_tokens", options.max_tokens},
+                                   {"temperature", options.sampling.temperature},
+                                   {"drafter", request.drafter.toStdString()},
+                                   {"tree", request.drafter == "none" ? "none" : options.tree.to_string()},
+                                   {"accept", options.accept},  {"prompt_tokens", prompt.size()},
+                                   {"backend", "cpu"}};
+    options.session.config_json = config.dump();
+    if (auto sha = model_sha256(model_->path)) options.session.model_sha256 = *sha;
+    options.session.device = cpu_model_name();
+    options.session.version = SPECULA_UI_VERSION;
+  }
+  options.observer = &fan_out;
   emit status(tr("Generating (%1 prompt tokens) ...").arg(prompt.size()));
 
   Utf8Stream stream;
-  auto result = generate(*model_, prompt, request.options, [&](int32_t, std::string_view bytes) {
+  auto result = engine_->generate(prompt, drafter.get(), options, [&](int32_t, std::string_view bytes) {
+    const TokenKind kind = labeler->next_kind();
     const std::string ready = stream.push(bytes);
-    if (!ready.empty()) emit textReady(QString::fromUtf8(ready.data(), static_cast<qsizetype>(ready.size())));
+    if (!ready.empty()) {
+      const QString piece = QString::fromUtf8(ready.data(), static_cast<qsizetype>(ready.size()));
+      emit textReady(piece);
+      emit segmentReady(piece, labeler->round(), static_cast<int>(kind));
+    }
     return !stop_requested_.load();
   });
+  if (recorder) {
+    if (Status s = recorder->finish(); !s) {
+      emit failed(tr("Recording: %1").arg(QString::fromStdString(s.error().message)));
+      return;
+    }
+    emit sessionRecorded(request.session_path, recorder->stats().rounds_written);
+  }
   if (!result) {
     emit failed(QString::fromStdString(result.error().message));
     return;
   }
   const std::string rest = stream.flush();
-  if (!rest.empty()) emit textReady(QString::fromUtf8(rest.data(), static_cast<qsizetype>(rest.size())));
+  if (!rest.empty()) {
+    const QString piece = QString::fromUtf8(rest.data(), static_cast<qsizetype>(rest.size()));
+    emit textReady(piece);
+    emit segmentReady(piece, labeler->round(), static_cast<int>(TokenKind::kPlain));
+  }
   emit finished(result->timings.prefill_tokens_per_s(), result->timings.decode_tokens_per_s(),
                 static_cast<int>(result->tokens.size()));
 }

@@ -1,12 +1,17 @@
 #pragma once
 // Runs engine generation on a worker thread and streams tokens to the UI by queued signals.
 // The UI never blocks on the engine: it only starts a run and asks it to stop.
+//
+// Every run goes through the speculative loop (no drafter = plain decoding), so the UI sees the
+// same observer events a recorded session holds: each streamed piece of text says which round
+// made it and whether it was an accepted draft, a correction, a bonus token or a plain step.
 #include <QObject>
 #include <QString>
 #include <atomic>
 #include <memory>
 
 #include "engine/generate.h"
+#include "engine/spec/speculative.h"
 
 namespace specula::ui {
 
@@ -15,12 +20,26 @@ struct RunRequest {
   QString prompt;
   bool chat = true;
   GenerateOptions options;
+  QString drafter = "none";        // none | ngram | layerskip
+  QString tree = "chain:4";        // chain:K | static:B1,B2,... | dynamic:DEPTH,TOPK,TOTAL
+  QString accept = "greedy";       // greedy | sample | cascade:TAU
+  QString layers = "every-other";  // layerskip subset
+  QString session_path;            // record the run here (SQLite); empty = don't record
+};
+
+// What made a streamed piece of text (the run panel colours by it).
+enum class TokenKind : int {
+  kPlain = 0,        // a plain decode step (or the token the prefill produced)
+  kAcceptedDraft = 1,
+  kCorrection = 2,   // the target's token after a rejected draft
+  kBonus = 3,        // the target's token after a fully accepted path
 };
 
 class GenerationWorker : public QObject {
   Q_OBJECT
  public:
   explicit GenerationWorker(QObject* parent = nullptr);
+  ~GenerationWorker() override;
   // Stop is honoured at the next token; safe to call from the UI thread.
   void requestStop() { stop_requested_ = true; }
 
@@ -30,14 +49,21 @@ class GenerationWorker : public QObject {
  signals:
   void status(const QString& message);
   void textReady(const QString& text);  // complete UTF-8 characters only
+  // The same text, with the round that emitted it (-1: the prefill's token) and its TokenKind.
+  void segmentReady(const QString& text, int round, int kind);
+  void roundFinished(int round, int accepted_length, bool speculative, int emitted);
+  void sessionRecorded(const QString& path, qint64 rounds);
   void finished(double prefill_tokens_per_s, double decode_tokens_per_s, int tokens);
   void failed(const QString& message);
 
  private:
+  bool ensure_model(const QString& spec);
+
   std::atomic<bool> stop_requested_{false};
-  // The last model stays loaded so repeated runs skip the load.
+  // The last model stays loaded (weights packed once) so repeated runs skip the load.
   QString loaded_spec_;
   std::unique_ptr<Model> model_;
+  std::unique_ptr<SpeculativeEngine> engine_;
 };
 
 }  // namespace specula::ui

@@ -1,0 +1,98 @@
+#pragma once
+// The run panel: choose the model, the drafter, the tree and the acceptance rule, pick or type a
+// prompt, press Run. The output streams in coloured by what produced each piece (accepted
+// draft, correction, bonus, plain step), with live counters, and every run is recorded as a
+// session (ui/live/generation_worker.h does the work on its own thread).
+#include <QThread>
+#include <QVector>
+#include <QWidget>
+
+#include "ui/live/generation_worker.h"
+#include "ui/live/prompt_library.h"
+
+class QCheckBox;
+class QComboBox;
+class QDoubleSpinBox;
+class QLabel;
+class QLineEdit;
+class QPlainTextEdit;
+class QPushButton;
+class QSpinBox;
+class QTextEdit;
+
+namespace specula::ui {
+
+class RunPanel : public QWidget {
+  Q_OBJECT
+ public:
+  explicit RunPanel(QWidget* parent = nullptr);
+  ~RunPanel() override;
+
+  void setModelSpec(const QString& spec);
+  void setPrompt(const QString& prompt);
+  void setDrafter(const QString& drafter);  // none | ngram | layerskip
+  void setTree(const QString& tree);
+  void setMaxTokens(int tokens);
+  void setChat(bool chat);
+  // Where runs are recorded (default: the app data folder's sessions/).
+  void setSessionDirectory(const QString& dir);
+  // Adds the prompts of a Spec-Bench style JSONL file to the library; false + a message on error.
+  bool openPromptFile(const QString& path);
+
+  QString outputText() const;
+  QString lastSessionPath() const { return last_session_; }
+  int promptCount() const;
+  // Characters of output per TokenKind (index = kind), for tests and the legend.
+  QVector<int> charactersByKind() const { return chars_by_kind_; }
+  double meanAcceptedLength() const;
+  bool isRunning() const { return running_; }
+
+ public slots:
+  void startRun();
+  void stopRun();
+
+ signals:
+  void runFinished(bool ok);
+  void sessionRecorded(const QString& path);  // a finished run's session file
+
+ private:
+  void appendSegment(const QString& text, int round, int kind);
+  void onRoundFinished(int round, int accepted_length, bool speculative, int emitted);
+  void setRunning(bool running);
+  void refreshCounters();
+  void browseModelFile();
+  void browseModelDirectory();
+  void choosePromptFile();
+  void addPrompts(const QVector<LibraryPrompt>& prompts);
+
+  QThread worker_thread_;
+  GenerationWorker* worker_ = nullptr;
+  QLineEdit* model_edit_ = nullptr;
+  QComboBox* drafter_ = nullptr;
+  QLineEdit* tree_edit_ = nullptr;
+  QComboBox* accept_ = nullptr;
+  QCheckBox* chat_box_ = nullptr;
+  QSpinBox* max_tokens_ = nullptr;
+  QDoubleSpinBox* temperature_ = nullptr;
+  QComboBox* library_ = nullptr;
+  QPlainTextEdit* prompt_edit_ = nullptr;
+  QTextEdit* output_ = nullptr;
+  QPushButton* run_button_ = nullptr;
+  QPushButton* stop_button_ = nullptr;
+  QLabel* counters_ = nullptr;
+  QLabel* session_label_ = nullptr;
+  QVector<LibraryPrompt> prompts_;
+  QString session_dir_;
+  QString last_session_;
+  QString pending_session_;
+  bool running_ = false;
+  // Live counters of the current run.
+  qint64 run_start_ms_ = 0;
+  int tokens_ = 0;
+  int spec_rounds_ = 0;
+  int accepted_sum_ = 0;  // Σ accepted length over speculative rounds
+  int rounds_ = 0;
+  QVector<int> chars_by_kind_ = QVector<int>(4, 0);
+};
+
+}  // namespace specula::ui
