@@ -753,7 +753,8 @@ Expected<std::vector<NvtxRange>> SessionStore::read_nvtx() {
 Expected<std::vector<KernelRow>> SessionStore::read_kernels() {
   auto stmt = db_.prepare(
       "SELECT k.start, k.end, k.deviceId, k.streamId, k.correlationId, d.value, s.value, k.gridX, k.gridY, k.gridZ, "
-      "k.blockX, k.blockY, k.blockZ FROM CUPTI_ACTIVITY_KIND_KERNEL AS k "
+      "k.blockX, k.blockY, k.blockZ, k.contextId, k.registersPerThread, k.staticSharedMemory, k.dynamicSharedMemory "
+      "FROM CUPTI_ACTIVITY_KIND_KERNEL AS k "
       "JOIN StringIds AS d ON d.id = k.demangledName JOIN StringIds AS s ON s.id = k.shortName "
       "ORDER BY k.start, k.rowid");
   if (!stmt) return stmt.error();
@@ -774,6 +775,10 @@ Expected<std::vector<KernelRow>> SessionStore::read_kernels() {
       k.grid[d] = static_cast<int32_t>(stmt->column_int(7 + d));
       k.block[d] = static_cast<int32_t>(stmt->column_int(10 + d));
     }
+    k.context_id = static_cast<int32_t>(stmt->column_int(13));
+    k.registers_per_thread = static_cast<int32_t>(stmt->column_int(14));
+    k.static_shared_memory = static_cast<int32_t>(stmt->column_int(15));
+    k.dynamic_shared_memory = static_cast<int32_t>(stmt->column_int(16));
     kernels.push_back(std::move(k));
   }
   return kernels;

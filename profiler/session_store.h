@@ -161,6 +161,19 @@ struct KernelRow {  // read back, names resolved
   std::string short_name;
   int32_t grid[3] = {};
   int32_t block[3] = {};
+  int32_t context_id = 0;
+  int32_t registers_per_thread = 0;
+  int32_t static_shared_memory = 0;
+  int32_t dynamic_shared_memory = 0;
+};
+
+struct RuntimeRow {  // read back, name resolved
+  int64_t start = 0;
+  int64_t end = 0;
+  int64_t global_tid = 0;
+  int64_t correlation_id = 0;
+  std::string name;
+  int32_t return_value = 0;
 };
 
 enum class OpenMode { kReadOnly, kReadWrite };
@@ -210,6 +223,12 @@ class SessionStore {
   Expected<std::vector<LayerSelectionRow>> read_layer_selections(int64_t round);
   Expected<std::vector<NvtxRange>> read_nvtx();
   Expected<std::vector<KernelRow>> read_kernels();
+  // In profiler/session_reader.cpp:
+  Expected<std::vector<MemcpyActivity>> read_memcpy();
+  Expected<std::vector<RuntimeRow>> read_runtime();
+  Expected<std::vector<GpuInfo>> read_gpu_info();
+  Expected<std::vector<FfnStatsEvent>> read_ffn_stats();  // every round, by round then layer
+  Expected<std::vector<DecisionEvent>> read_decisions();
   Expected<std::vector<std::pair<std::string, double>>> read_metrics();  // numeric metrics
   Expected<int64_t> count_rows(std::string_view table);
 

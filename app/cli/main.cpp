@@ -6,6 +6,7 @@
 #include <string>
 
 #include "app/cli/commands.h"
+#include "app/cli/profiler_commands.h"
 
 namespace {
 
@@ -108,6 +109,8 @@ int main(int argc, char** argv) {
   tokenize->add_option("text", tok_text, "Text to tokenize")->required();
   tokenize->add_flag("--no-special", tok_no_special, "Treat special-token text as plain text");
 
+  const specula::cli::ProfilerCommands profiler_commands(app);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -129,6 +132,7 @@ int main(int argc, char** argv) {
       }
       return specula::cli::run_generate(gen);
     }
+    if (auto code = profiler_commands.run()) return *code;
     if (*specbench) return specula::cli::run_specbench(bench);
     if (*inspect) return specula::cli::run_inspect(inspect_model);
     if (*tokenize) return specula::cli::run_tokenize(tok_model, tok_text, !tok_no_special);
