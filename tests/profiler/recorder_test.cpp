@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <string>
 
-#include "synthetic_session.h"
+#include "session_fixture.h"
 
 namespace specula::profiler {
 namespace {
@@ -27,24 +27,6 @@ class RecorderTest : public ::testing::Test {
   std::string file(const std::string& name) const { return (dir_ / name).string(); }
   fs::path dir_;
 };
-
-// Records `rounds` synthetic rounds at `level` and returns the path.
-std::string record_synthetic(const std::string& path, ObserveLevel level, int rounds) {
-  auto recorder = record_to(path, level);
-  EXPECT_TRUE(recorder.ok()) << recorder.error().message;
-  Recorder& r = **recorder;
-  int64_t t = 1'000'000;
-  emit_session_start(r, t);
-  r.on_event(PrefillEvent{t, t + 5000, 12});
-  t += 10'000;
-  for (int64_t round = 0; round < rounds; ++round) emit_round_events(r, round, t);
-  r.on_event(SessionEndEvent{t, R"({"tokens_per_s": 42.5, "rounds": 6, "acceptance_by_depth": [0.5, 0.25]})"});
-  EXPECT_TRUE(r.finish().ok()) << r.status().error().message;
-  const RecorderStats stats = r.stats();
-  EXPECT_EQ(stats.rounds_written, rounds);
-  EXPECT_EQ(stats.dropped, 0);
-  return path;
-}
 
 TEST_F(RecorderTest, SyntheticSessionRoundTripsAtFullLevel) {
   constexpr int kRounds = 6;

@@ -16,11 +16,11 @@ inline int synthetic_tree_nodes(int64_t round) { return static_cast<int>(round %
 inline int synthetic_accepted(int64_t round) { return static_cast<int>(round % 3); }
 inline int32_t synthetic_token(int64_t round, int node) { return static_cast<int32_t>(1000 + round * 10 + node); }
 
-inline void emit_session_start(Observer& o, int64_t t0) {
+inline void emit_session_start(Observer& o, int64_t t0, const std::string& config_json = "") {
   SessionStartEvent e;
   e.time_ns = t0;
   e.wall_time_ns = 1'700'000'000'000'000'000;
-  e.config_json = R"({"tree":"chain:4","accept":"greedy"})";
+  e.config_json = config_json.empty() ? R"({"tree":"chain:4","accept":"greedy"})" : config_json;
   e.model_name = "tiny-llama";
   e.model_sha256 = std::string(64, 'a');
   e.architecture = "llama";
