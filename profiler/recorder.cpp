@@ -86,10 +86,10 @@ void Recorder::on_event(const Event& event) {
 }
 
 void Recorder::record_kernels(std::span<const KernelActivity> kernels) {
-  KernelBatch batch;
-  batch.records.assign(kernels.begin(), kernels.end());
+  GpuActivityBatch batch;
+  batch.kernels.assign(kernels.begin(), kernels.end());
   std::unordered_map<std::string_view, std::string_view> copied;  // caller's name -> our copy
-  for (KernelActivity& k : batch.records) {
+  for (KernelActivity& k : batch.kernels) {
     auto it = copied.find(k.demangled_name);
     if (it == copied.end()) {
       const std::string& own = batch.names.emplace_back(k.demangled_name);
@@ -98,6 +98,10 @@ void Recorder::record_kernels(std::span<const KernelActivity> kernels) {
     k.demangled_name = it->second;
   }
   enqueue(std::move(batch));
+}
+
+void Recorder::record_gpu(GpuActivityBatch batch) {
+  if (!batch.empty()) enqueue(std::move(batch));
 }
 
 Status Recorder::flush() {
@@ -185,18 +189,48 @@ void Recorder::write(SessionBatch& batch, bool is_round) {
   batch = SessionBatch{};
 }
 
-void Recorder::handle(KernelBatch& batch) {
-  if (status().ok()) {
-    if (Status s = store_.write_kernels(batch.records); !s) {
-      fail(s.error());
-      return;
-    }
-    std::lock_guard lock(mutex_);
-    stats_.kernels_written += static_cast<int64_t>(batch.records.size());
+void Recorder::handle(GpuActivityBatch& batch) {
+  if (!status().ok()) return;
+  Status s = store_.write_kernels(batch.kernels);
+  if (s && !batch.runtime.empty()) s = store_.write_runtime(batch.runtime);
+  if (s && !batch.memcpy.empty()) s = store_.write_memcpy(batch.memcpy);
+  for (const GpuInfo& gpu : batch.gpus) {
+    if (s) s = store_.write_gpu_info(gpu);
   }
+  if (s && !batch.ranges.empty()) {
+    SessionBatch ranges;
+    ranges.nvtx = std::move(batch.ranges);
+    s = store_.write_batch(ranges);
+  }
+  if (!s) {
+    fail(s.error());
+    return;
+  }
+  std::lock_guard lock(mutex_);
+  stats_.kernels_written += static_cast<int64_t>(batch.kernels.size());
 }
 
+namespace {
+
+// Moves an event's timestamps by `offset` (engine clock -> capture clock).
+void shift_times(Event& event, int64_t offset) {
+  std::visit(Overloaded{[&](SessionStartEvent& e) { e.time_ns += offset; },
+                        [&](PrefillEvent& e) { e.start_ns += offset; e.end_ns += offset; },
+                        [&](RoundBeginEvent& e) { e.time_ns += offset; },
+                        [&](DecisionEvent& e) { e.time_ns += offset; },
+                        [&](CpuSpanEvent& e) { e.start_ns += offset; e.end_ns += offset; },
+                        [&](RoundEndEvent& e) { e.time_ns += offset; },
+                        [&](SessionEndEvent& e) { e.time_ns += offset; },
+                        [](auto&) {}},
+             event);
+}
+
+}  // namespace
+
 void Recorder::handle(QueuedEvent& queued) {
+  if (const int64_t offset = clock_offset_ns_.load(std::memory_order_relaxed); offset != 0) {
+    shift_times(queued.event, offset);
+  }
   const int64_t tid = queued.global_tid;
   // Rows of the open round go into its batch; anything else waits in outside_.
   auto batch_for = [this](int64_t round) -> SessionBatch& {

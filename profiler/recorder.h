@@ -7,6 +7,7 @@
 //
 // The queue is bounded: when the writer falls behind by max_queued_items, new items are
 // dropped and counted (stats().dropped) rather than making the engine wait.
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -23,6 +24,18 @@
 #include "profiler/session_store.h"
 
 namespace specula::profiler {
+
+// GPU activity from a capture (CUPTI): the string_views in the records point into `names`, so the
+// batch travels to the writer thread as one piece.
+struct GpuActivityBatch {
+  std::vector<KernelActivity> kernels;
+  std::vector<RuntimeActivity> runtime;
+  std::vector<MemcpyActivity> memcpy;
+  std::vector<NvtxRange> ranges;  // NVTX ranges captured by CUPTI (MARKER), outside rounds
+  std::vector<GpuInfo> gpus;
+  std::deque<std::string> names;
+  bool empty() const { return kernels.empty() && runtime.empty() && memcpy.empty() && ranges.empty() && gpus.empty(); }
+};
 
 struct RecorderOptions {
   ObserveLevel level = ObserveLevel::kSummary;
@@ -49,6 +62,12 @@ class Recorder final : public Observer {
 
   // Bulk path: copies the records (names included) and writes them in one transaction.
   void record_kernels(std::span<const KernelActivity> kernels);
+  // A capture's batch (kernels, runtime calls, memcpys, ranges, GPU rows), moved in whole.
+  void record_gpu(GpuActivityBatch batch);
+  // Adds `offset_ns` to every engine event's times from now on: with CUPTI active, the engine's
+  // monotonic times move onto the CUPTI clock (offset = CUPTI timestamp - monotonic, measured
+  // at capture start), so phases and kernels share one timeline. Call before the run starts.
+  void set_clock_offset(int64_t offset_ns) { clock_offset_ns_ = offset_ns; }
 
   // Blocks until everything queued before the call is written (tests, the end of a run).
   Status flush();
@@ -65,11 +84,7 @@ class Recorder final : public Observer {
     Event event;
     int64_t global_tid = 0;
   };
-  struct KernelBatch {
-    std::vector<KernelActivity> records;  // names point into `names`
-    std::deque<std::string> names;        // deque: stable addresses as it grows
-  };
-  using Item = std::variant<QueuedEvent, KernelBatch>;
+  using Item = std::variant<QueuedEvent, GpuActivityBatch>;
 
   // The round being assembled by the writer thread.
   struct OpenRound {
@@ -83,7 +98,7 @@ class Recorder final : public Observer {
   void enqueue(Item item);
   void writer_loop();
   void handle(QueuedEvent& queued);
-  void handle(KernelBatch& batch);
+  void handle(GpuActivityBatch& batch);
   void write(SessionBatch& batch, bool is_round);
   void fail(const Error& error);
 
@@ -92,6 +107,7 @@ class Recorder final : public Observer {
   SessionBatch outside_;  // rows outside any round, written with the next transaction
   std::unique_ptr<OpenRound> open_;
   ObserveLevel level_;
+  std::atomic<int64_t> clock_offset_ns_{0};
   std::string path_;
   size_t max_queued_;
 

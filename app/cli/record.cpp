@@ -1,5 +1,6 @@
 #include "app/cli/record.h"
 
+#include <cstdio>
 #include <filesystem>
 
 #include "engine/model/model_identity.h"
@@ -57,13 +58,27 @@ Expected<RunRecording> RunRecording::start(const GenerateArgs& args, const Model
   options.observer = recorder->get();
   RunRecording recording;
   recording.recorder_ = std::move(*recorder);
+  auto capture = profiler::CuptiCapture::start(recording.recorder_);
+  if (capture) {
+    recording.capture_ = std::move(*capture);
+  } else {
+    std::fprintf(stderr, "%s\n", capture.error().message.c_str());
+  }
   return recording;
 }
 
 Expected<std::string> RunRecording::finish() {
+  std::string gpu;
+  if (capture_) {
+    if (Status s = capture_->stop(); !s) return make_error("--record: " + s.error().message);
+    const profiler::CuptiStats c = capture_->stats();
+    gpu = ", " + std::to_string(c.records) + " CUPTI records";
+    if (c.dropped > 0) gpu += " (" + std::to_string(c.dropped) + " dropped by CUPTI)";
+    if (c.invalid > 0) gpu += " (" + std::to_string(c.invalid) + " with invalid timestamps skipped)";
+  }
   if (Status s = recorder_->finish(); !s) return make_error("--record: " + s.error().message);
   const profiler::RecorderStats stats = recorder_->stats();
-  std::string line = "recorded " + std::to_string(stats.rounds_written) + " rounds to " + recorder_->path();
+  std::string line = "recorded " + std::to_string(stats.rounds_written) + " rounds" + gpu + " to " + recorder_->path();
   if (stats.dropped > 0) line += " (" + std::to_string(stats.dropped) + " events dropped: the writer fell behind)";
   return line;
 }

@@ -10,6 +10,7 @@
 #include "engine/core/expected.h"
 #include "engine/model/loader.h"
 #include "engine/spec/speculative.h"
+#include "profiler/cupti_capture.h"
 #include "profiler/recorder.h"
 
 namespace specula::cli {
@@ -19,8 +20,9 @@ nlohmann::json generate_config_json(const GenerateArgs& args, const SpeculativeO
 
 class RunRecording {
  public:
-  // Creates the session file (refusing an existing one unless args.overwrite) and points
-  // options.observer at the recorder.
+  // Creates the session file (refusing an existing one unless args.overwrite), points
+  // options.observer at the recorder and starts CUPTI capture; when capture cannot run, its
+  // one-line notice goes to stderr and the run records CPU spans only.
   static Expected<RunRecording> start(const GenerateArgs& args, const Model& model, size_t prompt_tokens,
                                       SpeculativeOptions& options);
   // Writes everything queued and closes the database; the summary line names what was kept.
@@ -29,6 +31,7 @@ class RunRecording {
 
  private:
   std::shared_ptr<profiler::Recorder> recorder_;
+  std::unique_ptr<profiler::CuptiCapture> capture_;
 };
 
 }  // namespace specula::cli
