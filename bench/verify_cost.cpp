@@ -43,6 +43,7 @@ double best_ms(specula::CpuTransformer& tf, specula::KvCache& kv, const std::vec
 int main(int argc, char** argv) {
   std::string model_spec = "default", text_file = "/usr/share/common-licenses/GPL-3", commit = "unknown", out_path;
   int context = 512, max_n = 9, reps = 20, threads = 0;
+  std::string precisions = "both";
   CLI::App app{"bench_verify_cost: ms of a verify forward of n tokens over n = 1 (CPU backend)"};
   app.add_option("--model", model_spec)->capture_default_str();
   app.add_option("--text", text_file)->capture_default_str();
@@ -50,6 +51,7 @@ int main(int argc, char** argv) {
   app.add_option("--max-n", max_n, "Largest n")->check(CLI::Range(1, 64))->capture_default_str();
   app.add_option("--reps", reps)->check(CLI::Range(1, 1000))->capture_default_str();
   app.add_option("--threads", threads, "0 = all cores")->capture_default_str();
+  app.add_option("--precision", precisions, "f32 | int8 | both")->check(CLI::IsMember({"f32", "int8", "both"}))->capture_default_str();
   app.add_option("--commit", commit);
   app.add_option("--out", out_path);
   CLI11_PARSE(app, argc, argv);
@@ -67,6 +69,7 @@ int main(int argc, char** argv) {
   }
   nlohmann::json curves = nlohmann::json::object();
   for (auto precision : {specula::Precision::Default, specula::Precision::Int8Activations}) {
+    if (precisions != "both" && (precisions == "f32") != (precision == specula::Precision::Default)) continue;
     specula::CpuTransformer tf(*model, {threads, precision});
     auto kv = tf.make_kv_cache(16, context + max_n + 1);
     std::vector<int32_t> pos(static_cast<size_t>(context));
