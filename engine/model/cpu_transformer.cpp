@@ -1,5 +1,7 @@
 #include "engine/model/cpu_transformer.h"
 
+#include "engine/observer/phase_span.h"
+
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -227,7 +229,7 @@ struct CpuTransformer::Impl {
   }
 
   Status forward(std::span<const int32_t> tokens, std::span<const int32_t> positions, const AttentionMask* mask,
-                 KvCache& kv, std::span<float> logits, LogitRows rows) {
+                 KvCache& kv, std::span<float> logits, LogitRows rows, const ForwardTrace* trace) {
     const auto T = static_cast<int64_t>(tokens.size());
     if (T == 0) return make_error("forward: no tokens");
     if (static_cast<int64_t>(positions.size()) != T) {
@@ -276,6 +278,7 @@ struct CpuTransformer::Impl {
 
     for (int64_t l = 0; l < cfg.n_layers; ++l) {
       const PackedLayer& L = layers[static_cast<size_t>(l)];
+      PhaseSpan layer_span(trace ? trace->observer : nullptr, "layer", trace ? trace->round : -1, static_cast<int32_t>(l));
       project(L.qkv, x.data(), dim, T, Input::RmsNorm, L.attn_norm.data(), qkv.data(), qkv_ld, false);
       parallel_for(T, 1, 4, [&](int64_t begin, int64_t end) {
         for (int64_t t = begin; t < end; ++t) {
@@ -322,8 +325,9 @@ Expected<KvCache> CpuTransformer::make_kv_cache(int block_size, int64_t max_toke
 }
 
 Status CpuTransformer::forward(std::span<const int32_t> tokens, std::span<const int32_t> positions,
-                               const AttentionMask* mask, KvCache& kv, std::span<float> logits, LogitRows rows) {
-  return impl_->forward(tokens, positions, mask, kv, logits, rows);
+                               const AttentionMask* mask, KvCache& kv, std::span<float> logits, LogitRows rows,
+                               const ForwardTrace* trace) {
+  return impl_->forward(tokens, positions, mask, kv, logits, rows, trace);
 }
 
 }  // namespace specula

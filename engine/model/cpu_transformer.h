@@ -13,6 +13,7 @@
 #include "engine/core/expected.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/model/loader.h"
+#include "engine/observer/observer.h"
 #include "kernels/cpu/aligned_buffer.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/thread_pool.h"
@@ -55,6 +56,13 @@ enum class LogitRows {
   Last,  // only the last new token: (vocab)
 };
 
+// Who sees a forward's per-layer phases: each layer is an NVTX range "layer" and, when the
+// observer wants CPU spans, a CpuSpanEvent {"layer", round, layer}.
+struct ForwardTrace {
+  Observer* observer = nullptr;
+  int64_t round = -1;  // -1: prefill
+};
+
 struct CpuTransformerOptions {
   int threads = 0;  // 0 = all hardware threads
   Precision precision = Precision::Default;
@@ -83,7 +91,8 @@ class CpuTransformer {
   // Plain prefill/decode: forward(causal) then kv.commit_all(). One call at a time per
   // transformer (it owns the scratch buffers and the thread pool).
   Status forward(std::span<const int32_t> tokens, std::span<const int32_t> positions, const AttentionMask* mask,
-                 KvCache& kv, std::span<float> logits, LogitRows rows = LogitRows::All);
+                 KvCache& kv, std::span<float> logits, LogitRows rows = LogitRows::All,
+                 const ForwardTrace* trace = nullptr);
 
  private:
   struct Impl;

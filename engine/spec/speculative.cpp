@@ -78,7 +78,7 @@ std::optional<Divergence> first_divergence(std::span<const int32_t> speculative,
 }
 
 Status verify_forward(CpuTransformer& target, KvCache& kv, int32_t pending, const DraftTree& tree,
-                      std::span<float> logits) {
+                      std::span<float> logits, const ForwardTrace* trace) {
   const int n = tree.size();
   const auto P = static_cast<int32_t>(kv.committed());
   std::vector<int32_t> tokens(static_cast<size_t>(n + 1));
@@ -94,7 +94,7 @@ Status verify_forward(CpuTransformer& target, KvCache& kv, int32_t pending, cons
     parents[static_cast<size_t>(id + 1)] = node.parent + 1;  // the root (-1) is the pending token, row 0
   }
   const AttentionMask mask = AttentionMask::from_parents(parents);
-  return target.forward(tokens, positions, &mask, kv, logits, LogitRows::All);
+  return target.forward(tokens, positions, &mask, kv, logits, LogitRows::All, trace);
 }
 
 SpeculativeEngine::SpeculativeEngine(const Model& target, int threads, Precision precision)
@@ -192,7 +192,8 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
   auto start = Clock::now();
   const int64_t prefill_start_ns = observer_now_ns();
   nvtx_push("prefill");
-  const Status prefilled = transformer_.forward(prompt, positions, nullptr, *kv, logits, LogitRows::Last);
+  const ForwardTrace prefill_trace{observer, -1};
+  const Status prefilled = transformer_.forward(prompt, positions, nullptr, *kv, logits, LogitRows::Last, &prefill_trace);
   nvtx_pop();
   if (!prefilled) return prefilled.error();
   kv->commit_all();
@@ -227,6 +228,7 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
     RoundRecord round;
     const auto round_index = static_cast<int64_t>(result.rounds.size());
     const auto P = static_cast<int32_t>(kv->committed());
+    const ForwardTrace trace{observer, round_index};
     if (observes(observer, EventKind::kRoundBegin)) {
       observer->on_event(RoundBeginEvent{round_index, observer_now_ns(), P});
     }
@@ -246,7 +248,7 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
     if (tree.empty()) {
       const auto t0 = Clock::now();
       PhaseSpan span(observer, "decode", round_index);
-      if (auto s = transformer_.forward({&pending, 1}, {&P, 1}, nullptr, *kv, logits, LogitRows::Last); !s) {
+      if (auto s = transformer_.forward({&pending, 1}, {&P, 1}, nullptr, *kv, logits, LogitRows::Last, &trace); !s) {
         return s.error();
       }
       kv->commit_all();
@@ -266,7 +268,7 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
       std::vector<float> all_logits(rows * V);
       {
         PhaseSpan span(observer, "verify", round_index);
-        if (auto s = verify_forward(transformer_, *kv, pending, tree, all_logits); !s) return s.error();
+        if (auto s = verify_forward(transformer_, *kv, pending, tree, all_logits, &trace); !s) return s.error();
       }
       PhaseSpan accept_span(observer, "accept", round_index);
       for (size_t r = 0; r < rows; ++r) {

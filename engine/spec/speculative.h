@@ -69,7 +69,7 @@ std::optional<Divergence> first_divergence(std::span<const int32_t> speculative,
 // Runs the target over the pending token and every tree node in one forward (tree mask,
 // positions as above); logits: (1 + tree.size(), vocab). The rows are left provisional.
 Status verify_forward(CpuTransformer& target, KvCache& kv, int32_t pending, const DraftTree& tree,
-                      std::span<float> logits);
+                      std::span<float> logits, const ForwardTrace* trace = nullptr);
 
 // One target transformer reused across prompts (weights packed once).
 class SpeculativeEngine {
