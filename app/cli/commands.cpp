@@ -95,6 +95,16 @@ Precision parse_precision(const std::string& name) {
   return name == "int8" ? Precision::Int8Activations : Precision::Default;  // CLI11 checked the name
 }
 
+// The run's sparse configuration from --sparse / --sparse-config, checked against the model.
+Expected<SparseConfig> sparse_config(const SpeculationArgs& spec, const Model& model) {
+  auto config = spec.sparse_config ? load_sparse_config(*spec.sparse_config) : sparse_preset(spec.sparse);
+  if (!config) return make_error((spec.sparse_config ? "--sparse-config: " : "--sparse: ") + config.error().message);
+  if (Status s = validate(*config, static_cast<int>(model.config.n_layers), /*moe_model=*/false); !s) {
+    return make_error((spec.sparse_config ? "--sparse-config: " : "--sparse: ") + s.error().message);
+  }
+  return config;
+}
+
 // nullptr for --drafter none.
 Expected<std::unique_ptr<Drafter>> make_drafter(const SpeculationArgs& spec, const Model& target, int threads,
                                                 int kv_block_size) {
@@ -157,6 +167,9 @@ int run_speculative(const GenerateArgs& args, const Model& model, std::span<cons
   auto drafter = make_drafter(args.spec, model, args.threads, args.kv_block_size);
   if (!drafter) return fail(drafter.error().message);
   auto options = speculative_options(args.spec, args.max_tokens, plain_options.sampling, args.kv_block_size);
+  auto sparse = sparse_config(args.spec, model);
+  if (!sparse) return fail(sparse.error().message);
+  options.sparse = *sparse;
   std::optional<RunRecording> recording;
   if (args.record) {
     auto started = RunRecording::start(args, model, prompt.size(), options);
@@ -204,6 +217,7 @@ int run_speculative(const GenerateArgs& args, const Model& model, std::span<cons
           {"lossless", result->lossless},
           {"controller", options.controller.enabled}}},
         {"metrics", to_json(m)},
+        {"sparse", options.sparse.to_json()},
     };
     if (recording) out["session"] = recording->path();
     if (!result->lossless) out["speculative"]["warning"] = "lossy acceptance: the output does not follow the target distribution";
@@ -272,7 +286,10 @@ int run_generate(const GenerateArgs& args) {
   options.kv_block_size = args.kv_block_size;
   options.threads = args.threads;
   options.precision = parse_precision(args.precision);
-  if (args.spec.drafter != "none" || args.shadow || args.record) return run_speculative(args, *model, prompt, options);
+  if (args.spec.drafter != "none" || args.shadow || args.record || args.spec.sparse != "strict" ||
+      args.spec.sparse_config) {
+    return run_speculative(args, *model, prompt, options);
+  }
 
   Utf8Stream stream;  // never splits a multi-byte character across writes
   const TokenCallback on_token = stdout_streamer(args.json, stream);
@@ -353,7 +370,10 @@ int run_specbench(const SpecbenchArgs& args) {
   if (!model) return fail(model.error().message);
   auto drafter = make_drafter(args.spec, *model, args.threads, args.kv_block_size);
   if (!drafter) return fail(drafter.error().message);
-  const auto options = speculative_options(args.spec, args.max_tokens, SamplingParams{}, args.kv_block_size);
+  auto options = speculative_options(args.spec, args.max_tokens, SamplingParams{}, args.kv_block_size);
+  auto sparse = sparse_config(args.spec, *model);
+  if (!sparse) return fail(sparse.error().message);
+  options.sparse = *sparse;
   SpeculativeEngine engine(*model, args.threads, parse_precision(args.precision));
 
   struct Totals {

@@ -19,6 +19,8 @@ struct SpeculationArgs {
   int ngram_min = 1;
   int ngram_max_length = 0;
   bool no_controller = false;
+  std::string sparse = "strict";             // strict | sa | sa-reuse | sffn | smoe | hybrid | ssv-exact | ssv-approx
+  std::optional<std::string> sparse_config;  // JSON file: every sparse parameter (overrides --sparse)
 };
 
 struct GenerateArgs {

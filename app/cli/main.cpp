@@ -27,6 +27,10 @@ void add_speculation_flags(CLI::App* cmd, specula::cli::SpeculationArgs& spec) {
       ->check(CLI::Range(1, 64))->capture_default_str();
   cmd->add_option("--ngram-max-length", spec.ngram_max_length, "Deepest ngram draft (0 = the tree's depth)")
       ->check(CLI::Range(0, 64))->capture_default_str();
+  cmd->add_option("--sparse", spec.sparse,
+                  "Sparse verification preset: strict | sa | sa-reuse | sffn | smoe | hybrid | ssv-exact | ssv-approx")
+      ->capture_default_str();
+  cmd->add_option("--sparse-config", spec.sparse_config, "Sparse verification parameters as JSON (docs/sparse-verification.md)");
   cmd->add_flag("--no-controller", spec.no_controller,
                 "Speculate every round (no break-even fallback to plain decoding)");
 }

@@ -28,6 +28,7 @@ nlohmann::json generate_config_json(const GenerateArgs& args, const SpeculativeO
           {"ngram", {{"n", args.spec.ngram_n}, {"min", args.spec.ngram_min}, {"max_length", args.spec.ngram_max_length}}},
           {"controller", options.controller.enabled},
           {"precision", args.precision},
+          {"sparse", options.sparse.to_json()},
           {"backend", "cpu"}};
 }
 

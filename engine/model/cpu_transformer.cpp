@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "kernels/cpu/activation.h"
@@ -91,6 +92,7 @@ struct CpuTransformer::Impl {
   AlignedBuffer<float> qkv;                // (T, q_dim + 2 kv_dim)
   AlignedBuffer<float> att;                // (T, q_dim)
   AlignedBuffer<float> gu;                 // (T, 2 ffn)
+  AlignedBuffer<float> ffn_act;            // (T, ffn): sparse FFN activations
   AlignedBuffer<float> rope;               // (T, head_dim)
   QuantizedRows xq;                        // quantized matmul input
   std::vector<std::vector<float>> scores;  // per thread: (group, context)
@@ -132,6 +134,7 @@ struct CpuTransformer::Impl {
     qkv.ensure(static_cast<size_t>(T * (q_dim() + 2 * kv_dim())));
     att.ensure(static_cast<size_t>(T * q_dim()));
     gu.ensure(static_cast<size_t>(T * 2 * cfg.ffn_dim));
+    ffn_act.ensure(static_cast<size_t>(T * cfg.ffn_dim));
     rope.ensure(static_cast<size_t>(T * cfg.head_dim));
     const int64_t group = cfg.n_heads / cfg.n_kv_heads;
     scores.resize(static_cast<size_t>(pool.size()));
@@ -192,7 +195,8 @@ struct CpuTransformer::Impl {
     });
   }
 
-  void attention(int64_t layer, int64_t T, const KvCache& kv, int64_t first_new, const AttentionMask* mask) {
+  void attention(int64_t layer, int64_t T, const KvCache& kv, int64_t first_new, const AttentionMask* mask,
+                 const SparseSelection* sparse) {
     const int64_t hd = cfg.head_dim, group = cfg.n_heads / cfg.n_kv_heads;
     const int64_t B = kv.block_size(), committed = kv.committed();
     const int64_t qkv_ld = q_dim() + 2 * kv_dim();
@@ -210,8 +214,13 @@ struct CpuTransformer::Impl {
         const int64_t t = task / tasks_per_token, first_head = (task % tasks_per_token) * per_task;
         const int64_t h = first_head / group;  // KV head
         my_spans.clear();
-        for (int64_t b = 0; b * B < committed; ++b) {
+        const auto push_block = [&](int64_t b) {
           my_spans.push_back({kv.keys(layer, h, b), kv.values(layer, h, b), std::min(B, committed - b * B), nullptr});
+        };
+        if (sparse && sparse->active()) {
+          for (int32_t b : sparse->blocks(h, t)) push_block(b);
+        } else {
+          for (int64_t b = 0; b * B < committed; ++b) push_block(b);
         }
         // New rows [first_new, first_new + visible): all of 0..t when causal, else masked.
         const int64_t visible = mask ? T : t + 1;
@@ -228,8 +237,41 @@ struct CpuTransformer::Impl {
     });
   }
 
+  // Sparse FFN: act = silu(gate)·up with the channels whose |silu(gate)| < tau zeroed (per row,
+  // or kept for all rows when any row keeps them), which is what skipping those channels' up
+  // and down projections computes. Returns the channels kept, summed over rows.
+  int64_t sparse_ffn_activation(int64_t T, const SparseConfig& sc, float* act) {
+    const int64_t F = cfg.ffn_dim;
+    const auto tau = static_cast<float>(sc.ffn_threshold);
+    std::vector<uint8_t> keep(static_cast<size_t>(T * F));
+    for (int64_t t = 0; t < T; ++t) {
+      const float* g = gu.data() + t * 2 * F;
+      swiglu(g, g + F, act + t * F, F);
+      for (int64_t c = 0; c < F; ++c) {
+        const float silu = g[c] / (1.0f + std::exp(-g[c]));
+        keep[static_cast<size_t>(t * F + c)] = std::fabs(silu) >= tau;
+      }
+    }
+    if (sc.ffn_union) {
+      for (int64_t c = 0; c < F; ++c) {
+        uint8_t any = 0;
+        for (int64_t t = 0; t < T; ++t) any |= keep[static_cast<size_t>(t * F + c)];
+        for (int64_t t = 0; t < T; ++t) keep[static_cast<size_t>(t * F + c)] = any;
+      }
+    }
+    int64_t kept = 0;
+    for (int64_t i = 0; i < T * F; ++i) {
+      if (keep[static_cast<size_t>(i)]) {
+        ++kept;
+      } else {
+        act[i] = 0.0f;
+      }
+    }
+    return kept;
+  }
+
   Status forward(std::span<const int32_t> tokens, std::span<const int32_t> positions, const AttentionMask* mask,
-                 KvCache& kv, std::span<float> logits, LogitRows rows, const ForwardTrace* trace) {
+                 KvCache& kv, std::span<float> logits, LogitRows rows, const ForwardContext* trace) {
     const auto T = static_cast<int64_t>(tokens.size());
     if (T == 0) return make_error("forward: no tokens");
     if (static_cast<int64_t>(positions.size()) != T) {
@@ -275,6 +317,13 @@ struct CpuTransformer::Impl {
     }
     const RopePairing pairing =
         cfg.rope_style == RopeStyle::AdjacentPairs ? RopePairing::Adjacent : RopePairing::HalfSplit;
+    const SparseConfig* sc = trace && trace->sparse && !trace->sparse->strict() ? trace->sparse : nullptr;
+    std::optional<SparseSelection> selection;
+    if (trace && trace->sparse) {  // strict too: it then only counts the dense bytes
+      selection.emplace(*trace->sparse, kv, static_cast<int>(cfg.n_heads), T, trace->query_order, trace->observer,
+                        trace->round, trace->stats);
+    }
+    Observer* observer = trace ? trace->observer : nullptr;
 
     for (int64_t l = 0; l < cfg.n_layers; ++l) {
       const PackedLayer& L = layers[static_cast<size_t>(l)];
@@ -291,10 +340,30 @@ struct CpuTransformer::Impl {
         const float* row = qkv.data() + t * qkv_ld;
         kv.write(l, first_new + t, row + qd, row + qd + kvd);
       }
-      attention(l, T, kv, first_new, mask);
+      if (selection) {
+        if (selection->active()) {
+          selection->select(static_cast<int>(l), qkv.data(), qkv_ld);
+        } else {
+          selection->count_dense_layer();
+        }
+      }
+      attention(l, T, kv, first_new, mask, selection ? &*selection : nullptr);
       project(L.wo, att.data(), qd, T, Input::Plain, nullptr, x.data(), dim, true);
       project(L.gate_up, x.data(), dim, T, Input::RmsNorm, L.ffn_norm.data(), gu.data(), 2 * cfg.ffn_dim, false);
-      project(L.down, gu.data(), 2 * cfg.ffn_dim, T, Input::SwiGlu, nullptr, x.data(), dim, true);
+      if (sc && sc->ffn) {
+        const int64_t kept = sparse_ffn_activation(T, *sc, ffn_act.data());
+        project(L.down, ffn_act.data(), cfg.ffn_dim, T, Input::Plain, nullptr, x.data(), dim, true);
+        if (trace->stats) {
+          trace->stats->ffn_active += kept;
+          trace->stats->ffn_total += T * cfg.ffn_dim;
+        }
+        if (observes(observer, EventKind::kFfnStats)) {
+          observer->on_event(FfnStatsEvent{trace->round, static_cast<int32_t>(l), static_cast<int32_t>(kept / T),
+                                           static_cast<int32_t>(cfg.ffn_dim), false});
+        }
+      } else {
+        project(L.down, gu.data(), 2 * cfg.ffn_dim, T, Input::SwiGlu, nullptr, x.data(), dim, true);
+      }
     }
 
     const int64_t out_first = rows == LogitRows::All ? 0 : T - 1;
@@ -326,7 +395,7 @@ Expected<KvCache> CpuTransformer::make_kv_cache(int block_size, int64_t max_toke
 
 Status CpuTransformer::forward(std::span<const int32_t> tokens, std::span<const int32_t> positions,
                                const AttentionMask* mask, KvCache& kv, std::span<float> logits, LogitRows rows,
-                               const ForwardTrace* trace) {
+                               const ForwardContext* trace) {
   return impl_->forward(tokens, positions, mask, kv, logits, rows, trace);
 }
 

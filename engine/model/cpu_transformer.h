@@ -14,6 +14,8 @@
 #include "engine/kv/kv_cache.h"
 #include "engine/model/loader.h"
 #include "engine/observer/observer.h"
+#include "engine/sparse/sparse_attention.h"
+#include "engine/sparse/sparse_config.h"
 #include "kernels/cpu/aligned_buffer.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/thread_pool.h"
@@ -56,11 +58,16 @@ enum class LogitRows {
   Last,  // only the last new token: (vocab)
 };
 
-// Who sees a forward's per-layer phases: each layer is an NVTX range "layer" and, when the
-// observer wants CPU spans, a CpuSpanEvent {"layer", round, layer}.
-struct ForwardTrace {
+// What the loop tells a forward about the round it serves. Each layer is an NVTX range "layer"
+// and, when the observer wants CPU spans, a CpuSpanEvent {"layer", round, layer}. With a sparse
+// config, attention reads only the selected committed blocks (engine/sparse/sparse_attention.h)
+// and the FFN skips low-activation channels; both report to `stats` and the observer.
+struct ForwardContext {
   Observer* observer = nullptr;
-  int64_t round = -1;  // -1: prefill
+  int64_t round = -1;                     // -1: prefill
+  const SparseConfig* sparse = nullptr;   // null or strict: dense, bit-identical to no context
+  std::span<const int32_t> query_order;   // the new rows in traversal order (group modes)
+  SparseStats* stats = nullptr;           // accumulates KV bytes read / dense, FFN channels kept
 };
 
 struct CpuTransformerOptions {
@@ -92,7 +99,7 @@ class CpuTransformer {
   // transformer (it owns the scratch buffers and the thread pool).
   Status forward(std::span<const int32_t> tokens, std::span<const int32_t> positions, const AttentionMask* mask,
                  KvCache& kv, std::span<float> logits, LogitRows rows = LogitRows::All,
-                 const ForwardTrace* trace = nullptr);
+                 const ForwardContext* trace = nullptr);
 
  private:
   struct Impl;

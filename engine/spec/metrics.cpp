@@ -18,12 +18,17 @@ SpeculativeMetrics summarize_rounds(std::span<const RoundRecord> rounds, int out
   m.output_tokens = output_tokens;
   std::vector<double> lengths;
   std::vector<int> reached, accepted_at;  // per depth - 1
+  int64_t ffn_active = 0, ffn_total = 0;
   for (const RoundRecord& r : rounds) {
     m.draft_ms += r.draft_ms;
     m.verify_ms += r.verify_ms;
     m.plain_decode_ms += r.plain_ms;
     m.rollback_tokens += r.rollback_tokens;
     m.rejected_kv_bytes += r.rejected_kv_bytes;
+    m.kv_bytes_read += r.kv_bytes_read;
+    m.kv_bytes_dense += r.kv_bytes_dense;
+    ffn_active += r.ffn_active;
+    ffn_total += r.ffn_total;
     if (!r.speculative) continue;
     ++m.speculative_rounds;
     lengths.push_back(1.0 + r.accepted);
@@ -54,6 +59,7 @@ SpeculativeMetrics summarize_rounds(std::span<const RoundRecord> rounds, int out
       m.tokens_per_s = after_first / decode_seconds;
     }
   }
+  if (ffn_total > 0) m.ffn_active_ratio = static_cast<double>(ffn_active) / static_cast<double>(ffn_total);
   return m;
 }
 
@@ -74,6 +80,9 @@ nlohmann::json to_json(const SpeculativeMetrics& m) {
       {"tokens_per_s", m.tokens_per_s},
       {"rollback_tokens", m.rollback_tokens},
       {"rejected_kv_bytes", m.rejected_kv_bytes},
+      {"kv_bytes_read", m.kv_bytes_read},
+      {"kv_bytes_dense", m.kv_bytes_dense},
+      {"ffn_active_ratio", m.ffn_active_ratio},
       {"controller_fallbacks", m.controller_fallbacks},
       {"controller_returns", m.controller_returns},
       {"draft_rollback_tokens", m.draft_rollback_tokens},
@@ -84,7 +93,9 @@ nlohmann::json to_json(const RoundRecord& r) {
   return {{"speculative", r.speculative}, {"tree_nodes", r.tree_nodes}, {"tree_depth", r.tree_depth},
           {"accepted", r.accepted},       {"emitted", r.emitted},         {"draft_ms", r.draft_ms},
           {"verify_ms", r.verify_ms},     {"plain_ms", r.plain_ms},       {"rollback_tokens", r.rollback_tokens},
-          {"rejected_kv_bytes", r.rejected_kv_bytes}};
+          {"rejected_kv_bytes", r.rejected_kv_bytes},
+          {"kv_bytes_read", r.kv_bytes_read},
+          {"kv_bytes_dense", r.kv_bytes_dense}};
 }
 
 }  // namespace specula

@@ -33,6 +33,10 @@ struct RoundRecord {
   double plain_ms = 0;       // target forward of a plain step + sampling
   int64_t rollback_tokens = 0;
   int64_t rejected_kv_bytes = 0;
+  int64_t kv_bytes_read = 0;   // committed KV the target's attention read (sparse: selected blocks)
+  int64_t kv_bytes_dense = 0;  // the same rounds reading every committed row
+  int64_t ffn_active = 0;      // sparse FFN channels kept, over layers and rows
+  int64_t ffn_total = 0;
 };
 
 struct SpeculativeMetrics {
@@ -54,6 +58,9 @@ struct SpeculativeMetrics {
   int controller_fallbacks = 0;  // switches from speculation to plain decoding
   int controller_returns = 0;    // switches back
   int64_t draft_rollback_tokens = 0;  // provisional rows a draft transformer discarded
+  int64_t kv_bytes_read = 0;
+  int64_t kv_bytes_dense = 0;
+  double ffn_active_ratio = 1;  // kept / total FFN channels (1 without sparse FFN)
 };
 
 // Nearest-rank percentile (q in (0, 1]) of values; 0 for none.

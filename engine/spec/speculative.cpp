@@ -78,7 +78,7 @@ std::optional<Divergence> first_divergence(std::span<const int32_t> speculative,
 }
 
 Status verify_forward(CpuTransformer& target, KvCache& kv, int32_t pending, const DraftTree& tree,
-                      std::span<float> logits, const ForwardTrace* trace) {
+                      std::span<float> logits, const ForwardContext* context) {
   const int n = tree.size();
   const auto P = static_cast<int32_t>(kv.committed());
   std::vector<int32_t> tokens(static_cast<size_t>(n + 1));
@@ -94,7 +94,14 @@ Status verify_forward(CpuTransformer& target, KvCache& kv, int32_t pending, cons
     parents[static_cast<size_t>(id + 1)] = node.parent + 1;  // the root (-1) is the pending token, row 0
   }
   const AttentionMask mask = AttentionMask::from_parents(parents);
-  return target.forward(tokens, positions, &mask, kv, logits, LogitRows::All, trace);
+  if (!context) return target.forward(tokens, positions, &mask, kv, logits, LogitRows::All);
+  // Rows in traversal order: the pending token first, then the nodes (row = id + 1).
+  std::vector<int32_t> order = {0};
+  const TraversalOrder traversal = context->sparse ? context->sparse->order : TraversalOrder::kBfs;
+  for (DraftNodeId id : tree.traversal(traversal)) order.push_back(id + 1);
+  ForwardContext with_order = *context;
+  with_order.query_order = order;
+  return target.forward(tokens, positions, &mask, kv, logits, LogitRows::All, &with_order);
 }
 
 SpeculativeEngine::SpeculativeEngine(const Model& target, int threads, Precision precision)
@@ -192,8 +199,8 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
   auto start = Clock::now();
   const int64_t prefill_start_ns = observer_now_ns();
   nvtx_push("prefill");
-  const ForwardTrace prefill_trace{observer, -1};
-  const Status prefilled = transformer_.forward(prompt, positions, nullptr, *kv, logits, LogitRows::Last, &prefill_trace);
+  const ForwardContext prefill_context{observer, -1, nullptr, {}, nullptr};
+  const Status prefilled = transformer_.forward(prompt, positions, nullptr, *kv, logits, LogitRows::Last, &prefill_context);
   nvtx_pop();
   if (!prefilled) return prefilled.error();
   kv->commit_all();
@@ -228,7 +235,8 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
     RoundRecord round;
     const auto round_index = static_cast<int64_t>(result.rounds.size());
     const auto P = static_cast<int32_t>(kv->committed());
-    const ForwardTrace trace{observer, round_index};
+    SparseStats sparse_stats;
+    const ForwardContext trace{observer, round_index, &options.sparse, {}, &sparse_stats};
     if (observes(observer, EventKind::kRoundBegin)) {
       observer->on_event(RoundBeginEvent{round_index, observer_now_ns(), P});
     }
@@ -297,6 +305,10 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
       round.verify_ms = ms_since(t0);
       controller.record_speculative(static_cast<int>(emitted.size()), round.draft_ms, round.verify_ms);
     }
+    round.kv_bytes_read = sparse_stats.kv_bytes_read;
+    round.kv_bytes_dense = sparse_stats.kv_bytes_dense;
+    round.ffn_active = sparse_stats.ffn_active;
+    round.ffn_total = sparse_stats.ffn_total;
     observe_controller(observer, round_index, controller, seen_fallbacks, seen_returns);
     for (int32_t token : emitted) {
       if (done) break;

@@ -21,6 +21,7 @@
 #include "engine/kv/kv_cache.h"
 #include "engine/model/cpu_transformer.h"
 #include "engine/observer/observer.h"
+#include "engine/sparse/sparse_config.h"
 #include "engine/spec/controller.h"
 #include "engine/spec/draft_tree.h"
 #include "engine/spec/drafters.h"
@@ -42,6 +43,9 @@ struct SpeculativeOptions {
   // version); empty model_name / architecture / backend are filled in from the model.
   Observer* observer = nullptr;
   SessionStartEvent session;
+  // What verification may drop (engine/sparse/sparse_config.h); strict by default. Applies to
+  // verify forwards and plain steps, not to the prefill.
+  SparseConfig sparse;
   SpeculativeOptions();
 };
 
@@ -68,8 +72,9 @@ std::optional<Divergence> first_divergence(std::span<const int32_t> speculative,
 
 // Runs the target over the pending token and every tree node in one forward (tree mask,
 // positions as above); logits: (1 + tree.size(), vocab). The rows are left provisional.
+// With a context, its query_order is filled from the tree (context->sparse->order).
 Status verify_forward(CpuTransformer& target, KvCache& kv, int32_t pending, const DraftTree& tree,
-                      std::span<float> logits, const ForwardTrace* trace = nullptr);
+                      std::span<float> logits, const ForwardContext* context = nullptr);
 
 // One target transformer reused across prompts (weights packed once).
 class SpeculativeEngine {
