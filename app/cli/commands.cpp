@@ -14,6 +14,8 @@
 #include "app/cli/record.h"
 #include "engine/generate.h"
 #include "engine/model/loader.h"
+#include "engine/model/model_identity.h"
+#include "engine/sparse/calibration.h"
 #include "engine/spec/acceptance.h"
 #include "engine/spec/drafters.h"
 #include "engine/spec/speculative.h"
@@ -60,6 +62,8 @@ Expected<std::string> read_prompt(const GenerateArgs& args) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+}  // namespace
+
 Expected<Model> load(const std::string& spec) {
   const auto path = resolve_model_path(spec);
   std::error_code ec;
@@ -68,6 +72,8 @@ Expected<Model> load(const std::string& spec) {
   }
   return load_model(path);
 }
+
+namespace {
 
 std::string default_accept(const SpeculationArgs& spec, float temperature) {
   return spec.accept ? *spec.accept : (temperature > 0 ? "sample" : "greedy");
@@ -99,6 +105,13 @@ Precision parse_precision(const std::string& name) {
 Expected<SparseConfig> sparse_config(const SpeculationArgs& spec, const Model& model) {
   auto config = spec.sparse_config ? load_sparse_config(*spec.sparse_config) : sparse_preset(spec.sparse);
   if (!config) return make_error((spec.sparse_config ? "--sparse-config: " : "--sparse: ") + config.error().message);
+  if (!config->calibration.empty()) {  // anchors from a calibration file made for this model
+    auto sha = model_sha256(model.path);
+    if (!sha) return sha.error();
+    auto calibration = load_calibration(config->calibration, *sha, static_cast<int>(model.config.n_layers));
+    if (!calibration) return make_error("--sparse-config: " + calibration.error().message);
+    config->anchors = calibration->anchors;
+  }
   if (Status s = validate(*config, static_cast<int>(model.config.n_layers), /*moe_model=*/false); !s) {
     return make_error((spec.sparse_config ? "--sparse-config: " : "--sparse: ") + s.error().message);
   }
@@ -331,10 +344,7 @@ std::string specbench_category(const std::string& category) {
   return std::find(std::begin(kMtBench), std::end(kMtBench), category) != std::end(kMtBench) ? "mt_bench" : category;
 }
 
-struct BenchItem {
-  std::string category;
-  std::string prompt;
-};
+}  // namespace
 
 Expected<std::vector<BenchItem>> read_specbench(const std::string& path, int limit) {
   std::ifstream in(path, std::ios::binary);
@@ -358,8 +368,6 @@ Expected<std::vector<BenchItem>> read_specbench(const std::string& path, int lim
   if (items.empty()) return make_error(path + ": no items");
   return items;
 }
-
-}  // namespace
 
 int run_specbench(const SpecbenchArgs& args) {
   if (args.spec.drafter == "none") return fail("specbench: --drafter none has nothing to compare; pick ngram, layerskip or model");

@@ -4,6 +4,10 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
+
+#include "engine/core/expected.h"
+#include "engine/model/loader.h"
 
 namespace specula::cli {
 
@@ -56,6 +60,16 @@ struct SpecbenchArgs {
   SpeculationArgs spec;
   std::string precision = "f32";
 };
+
+// A Spec-Bench style JSONL file's first turns (limit: items per category, 0 = all); the eight
+// MT-bench categories count as one, "mt_bench".
+struct BenchItem {
+  std::string category;
+  std::string prompt;
+};
+Expected<std::vector<BenchItem>> read_specbench(const std::string& path, int limit);
+// A model by path, HF directory or "default".
+Expected<Model> load(const std::string& spec);
 
 int run_generate(const GenerateArgs& args);
 int run_specbench(const SpecbenchArgs& args);

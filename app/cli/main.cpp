@@ -7,6 +7,7 @@
 
 #include "app/cli/commands.h"
 #include "app/cli/profiler_commands.h"
+#include "app/cli/sparse_commands.h"
 
 namespace {
 
@@ -114,6 +115,7 @@ int main(int argc, char** argv) {
   tokenize->add_flag("--no-special", tok_no_special, "Treat special-token text as plain text");
 
   const specula::cli::ProfilerCommands profiler_commands(app);
+  const specula::cli::SparseCommands sparse_commands(app);
 
   try {
     app.parse(argc, argv);
@@ -137,6 +139,7 @@ int main(int argc, char** argv) {
       return specula::cli::run_generate(gen);
     }
     if (auto code = profiler_commands.run()) return *code;
+    if (auto code = sparse_commands.run()) return *code;
     if (*specbench) return specula::cli::run_specbench(bench);
     if (*inspect) return specula::cli::run_inspect(inspect_model);
     if (*tokenize) return specula::cli::run_tokenize(tok_model, tok_text, !tok_no_special);

@@ -110,3 +110,59 @@ TEST(RecordCliBadInput, UnwritablePathAndUnknownLevel) {
 
 }  // namespace
 }  // namespace specula::cli_test
+
+namespace specula::cli_test {
+namespace {
+
+TEST(SparseCli, JsonRepeatsTheConfigAndCountsKvBytes) {
+  if (!have_default_model()) GTEST_SKIP() << "skipped: default model not downloaded";
+  const fs::path config = scratch("sparse.json");
+  { std::ofstream(config) << R"({"preset":"sa","dense_below":0,"eta":0.3,"order":"dfs"})"; }
+  const CliRun run = run_cli("generate -p 'one two three four one two three four one two three four one two three four "
+                             "one two three four one two three four' -n 8 --drafter ngram --kv-block-size 8 --json "
+                             "--sparse-config " + quote(config));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const auto out = nlohmann::json::parse(run.out);
+  EXPECT_EQ(out["sparse"]["order"], "dfs");
+  EXPECT_EQ(out["sparse"]["query_mode"], "first");
+  EXPECT_DOUBLE_EQ(out["sparse"]["eta"].get<double>(), 0.3);
+  EXPECT_GT(out["metrics"]["kv_bytes_dense"].get<int64_t>(), 0);
+  EXPECT_LT(out["metrics"]["kv_bytes_read"].get<int64_t>(), out["metrics"]["kv_bytes_dense"].get<int64_t>());
+}
+
+TEST(SparseCli, BadPresetConfigAndCalibrationAreClearErrors) {
+  if (!have_default_model()) GTEST_SKIP() << "skipped: default model not downloaded";
+  expect_clean_failure(run_cli("generate -p hi -n 2 --sparse densest"), "unknown sparse preset");
+  const fs::path bad = scratch("bad_sparse.json");
+  { std::ofstream(bad) << R"({"preset":"sa","eta":1.5})"; }
+  expect_clean_failure(run_cli("generate -p hi -n 2 --sparse-config " + quote(bad)), "eta");
+  { std::ofstream(bad) << R"({"preset":"smoe"})"; }
+  expect_clean_failure(run_cli("generate -p hi -n 2 --sparse-config " + quote(bad)), "no MoE layers");
+  const fs::path calib = scratch("calib.json");
+  {
+    std::ofstream(calib) << R"({"kind":"specula sparse calibration","version":1,"model_name":"x","model_sha256":")"
+                         << std::string(64, '0') << R"(","n_layers":30,"jaccard_prev":[],"anchors":[0,5]})";
+  }
+  { std::ofstream(bad) << R"({"preset":"sa-reuse","calibration":")" << calib.string() << R"("})"; }
+  expect_clean_failure(run_cli("generate -p hi -n 2 --sparse-config " + quote(bad)), "another model");
+}
+
+TEST(SparseCli, CalibratePicksAnchorsForTheModel) {
+  if (!have_default_model()) GTEST_SKIP() << "skipped: default model not downloaded";
+  const fs::path out = scratch("calibration.json");
+  const CliRun r = run_cli("calibrate --data " + quote(fs::path(SPECULA_SHARED_DIR) / "data/specbench-dev.jsonl") +
+                           " --limit 1 --anchors 6 --max-tokens 8 --out " + quote(out));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto c = nlohmann::json::parse(slurp(out));
+  EXPECT_EQ(c["anchors"].size(), 6u);
+  EXPECT_EQ(c["anchors"][0], 0);
+  EXPECT_EQ(c["jaccard_prev"].size(), 30u);
+  const fs::path config = scratch("reuse.json");
+  { std::ofstream(config) << R"({"preset":"sa-reuse","dense_below":0,"calibration":")" << out.string() << R"("})"; }
+  const CliRun g = run_cli("generate -p 'one two three one two three' -n 4 --json --sparse-config " + quote(config));
+  ASSERT_EQ(g.exit_code, 0) << g.err;
+  EXPECT_EQ(nlohmann::json::parse(g.out)["sparse"]["anchors"], c["anchors"]);
+}
+
+}  // namespace
+}  // namespace specula::cli_test
