@@ -36,8 +36,9 @@ Plan make_plan(const TreeQueries& tq, int kv_heads, int groups, int group_size, 
   p.rows_pad = (p.rows + 15) / 16 * 16;
   p.warps = std::max(4, p.rows_pad / 16);
   p.threads = p.warps * 32;
-  // Enough CTAs for ~2 waves on 132 SMs, but at least 8 blocks each so the partials stay small.
-  const int ctas_wanted = 264;
+  // Enough CTAs to fill 132 SMs as deep as registers allow (512-thread CTAs: one per SM), but at
+  // least 8 blocks each so the partials stay small.
+  const int ctas_wanted = 132 * std::max(1, std::min(4, 16 / p.warps));
   const int base = std::max(1, groups * kv_heads);
   int chunks = std::max(1, (ctas_wanted + base - 1) / base);
   p.per_chunk = std::max(8, (max_blocks + chunks - 1) / chunks);
@@ -183,16 +184,21 @@ __global__ void __launch_bounds__(kMaxWarps * 32) tree_attention_chunk_kernel(Ke
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const bool member = row_valid[r] && ((members >> row_node[r]) & 1ull);
+      const bool whole = member && (logical + 1) * B <= a.prefix_len;  // prefix block: no per-key mask
       float mx = -INFINITY;
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
-          const int pos = logical * B + j * 8 + 2 * t + c;
-          bool visible = member && pos < total_len;
-          if (visible && pos >= a.prefix_len) visible = (row_anc[r] >> (pos - a.prefix_len)) & 1ull;
           float& x = s[j][2 * r + c];
-          x = visible ? x * a.scale_log2 : -INFINITY;
+          if (whole) {
+            x *= a.scale_log2;
+          } else {
+            const int pos = logical * B + j * 8 + 2 * t + c;
+            bool visible = member && pos < total_len;
+            if (visible && pos >= a.prefix_len) visible = (row_anc[r] >> (pos - a.prefix_len)) & 1ull;
+            x = visible ? x * a.scale_log2 : -INFINITY;
+          }
           mx = fmaxf(mx, x);
         }
       }
