@@ -37,12 +37,15 @@ Plan make_plan(const TreeQueries& tq, int kv_heads, int groups, int group_size, 
   p.warps = std::max(4, p.rows_pad / 16);
   p.threads = p.warps * 32;
   // CTAs for 132 SMs: 4 per SM for small trees (<= 4 warps), 2 for larger ones -- the best of
-  // 2 and 4 in each case, measured on the H100 (2026-11-22). Each CTA takes at least rows_pad / 4
-  // blocks, so its f32 partials (rows_pad x 512 B) stay <= 1/4 of its KV bytes.
+  // 2 and 4 in each case, measured on the H100 (2026-11-22). Each CTA takes at least 8 blocks, and
+  // rows_pad / 4 (its f32 partials, rows_pad x 512 B, then stay <= 1/4 of its KV bytes) where that
+  // still leaves two CTAs per SM: short sparse lists keep the GPU full instead.
   const int ctas_wanted = 132 * (p.warps <= 4 ? 4 : 2);
   const int base = std::max(1, groups * kv_heads);
-  int chunks = std::max(1, (ctas_wanted + base - 1) / base);
-  p.per_chunk = std::max(std::max(8, p.rows_pad / 4), (max_blocks + chunks - 1) / chunks);
+  const int chunks = std::max(1, (ctas_wanted + base - 1) / base);
+  p.per_chunk = std::max(8, (max_blocks + chunks - 1) / chunks);
+  const int bounded = std::max(p.per_chunk, p.rows_pad / 4);
+  if ((max_blocks + bounded - 1) / bounded * base >= 264) p.per_chunk = bounded;
   p.chunks = std::max(1, (max_blocks + p.per_chunk - 1) / p.per_chunk);
   p.smem = size_t(kStages) * 2 * B * kRowPad * sizeof(__nv_bfloat16);
   return p;
