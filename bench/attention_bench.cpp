@@ -1,0 +1,253 @@
+// Tree-verify attention on the GPU: dense and the four sparse query modes, at several contexts and
+// tree sizes, Llama-3.1-8B head shape by default (32 q heads, 8 kv heads, D 128, bf16, B 16).
+// Reports achieved GB/s on the bytes each kernel must read or write, against the device-to-device
+// copy bandwidth measured in the same run. One JSON object on stdout (and --out).
+#include <cuda_runtime.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <set>
+
+#include "bench/bench_info.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/device.h"
+#include "tests/kernels/cuda/attention_reference.h"
+
+namespace {
+
+using namespace specula::cuda;
+
+#define CHECK_CUDA(call)                                                                   \
+  do {                                                                                     \
+    const cudaError_t e_ = (call);                                                         \
+    if (e_ != cudaSuccess) {                                                               \
+      std::fprintf(stderr, "bench_attention: %s: %s\n", #call, cudaGetErrorString(e_));    \
+      std::exit(1);                                                                        \
+    }                                                                                      \
+  } while (0)
+
+template <class F>
+double median_ms(F&& body, int iterations) {
+  cudaEvent_t a, b;
+  CHECK_CUDA(cudaEventCreate(&a));
+  CHECK_CUDA(cudaEventCreate(&b));
+  for (int i = 0; i < 3; ++i) body(i);
+  CHECK_CUDA(cudaDeviceSynchronize());
+  std::vector<float> t;
+  for (int i = 0; i < iterations; ++i) {
+    CHECK_CUDA(cudaEventRecord(a));
+    body(i);
+    CHECK_CUDA(cudaEventRecord(b));
+    CHECK_CUDA(cudaEventSynchronize(b));
+    float ms = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms);
+  }
+  CHECK_CUDA(cudaGetLastError());
+  std::sort(t.begin(), t.end());
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return t[t.size() / 2];
+}
+
+void* dalloc(size_t bytes) {
+  void* p = nullptr;
+  CHECK_CUDA(cudaMalloc(&p, std::max<size_t>(bytes, 256)));
+  return p;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string commit = "unknown", out_path;
+  std::vector<int> contexts = {8192, 16384, 32768, 65536, 131072}, node_counts = {8, 16, 32, 64};
+  int iterations = 20, q_heads = 32, kv_heads = 8, top_k = 128, group_size = 8;
+  CLI::App app{"bench_attention: tree-verify attention (dense and sparse) bandwidth"};
+  app.add_option("--commit", commit);
+  app.add_option("--out", out_path);
+  app.add_option("--contexts", contexts)->check(CLI::Range(16, 1 << 20));
+  app.add_option("--nodes", node_counts)->check(CLI::Range(1, 64));
+  app.add_option("--iterations", iterations)->check(CLI::Range(1, 1000));
+  app.add_option("--q-heads", q_heads)->check(CLI::Range(1, 128));
+  app.add_option("--kv-heads", kv_heads)->check(CLI::Range(1, 128));
+  app.add_option("--top-k", top_k)->check(CLI::Range(0, 1 << 16));
+  app.add_option("--group-size", group_size)->check(CLI::Range(1, 64));
+  CLI11_PARSE(app, argc, argv);
+  if (q_heads % kv_heads != 0) {
+    std::fprintf(stderr, "bench_attention: --q-heads must be a multiple of --kv-heads\n");
+    return 2;
+  }
+  if (device_count() == 0) {
+    std::fprintf(stderr, "bench_attention: skipped: no GPU (%s)\n", no_device_reason().c_str());
+    return 0;
+  }
+  DeviceInfo dev;
+  device_info(0, &dev);
+  CopyBandwidth memcpy_bw, kernel_bw;
+  std::string error;
+  if (!measure_copy_bandwidth(1ull << 30, 20, &memcpy_bw, &error) ||
+      !measure_kernel_copy_bandwidth(1ull << 30, 20, &kernel_bw, &error)) {
+    std::fprintf(stderr, "bench_attention: %s\n", error.c_str());
+    return 1;
+  }
+  const double copy_GBps = std::max(memcpy_bw.bytes_per_s, kernel_bw.bytes_per_s) / 1e9;
+  const int max_nodes = *std::max_element(node_counts.begin(), node_counts.end());
+  const uint64_t seed = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  std::mt19937_64 rng(seed);
+  constexpr size_t kBlockBytes = size_t(kAttnBlockSize) * kAttnHeadDim * 2;  // one head, K or V
+
+  nlohmann::json rows = nlohmann::json::array();
+  for (int ctx : contexts) {
+    // KV for ctx + max_nodes tokens; copies of the pool rotate so that no run reads from L2.
+    const auto p = specula::cuda::testing::make_problem(rng, kv_heads, q_heads, max_nodes, ctx, false);
+    const size_t pool_bytes = size_t(p.num_physical) * kv_heads * kBlockBytes;
+    const int copies = static_cast<int>(std::max<size_t>(1, (512ull << 20) / (2 * pool_bytes)));
+    auto* k = static_cast<uint16_t*>(dalloc(pool_bytes * copies));
+    auto* v = static_cast<uint16_t*>(dalloc(pool_bytes * copies));
+    const size_t meta_bytes = size_t(p.num_physical) * kv_heads * kAttnHeadDim * 2;
+    auto* bmin = static_cast<uint16_t*>(dalloc(meta_bytes * copies));
+    auto* bmax = static_cast<uint16_t*>(dalloc(meta_bytes * copies));
+    auto* table = static_cast<int32_t*>(dalloc(p.block_table.size() * 4 * copies));
+    for (int c = 0; c < copies; ++c) {
+      CHECK_CUDA(cudaMemcpy(reinterpret_cast<char*>(k) + c * pool_bytes, p.k.data(), pool_bytes, cudaMemcpyHostToDevice));
+      CHECK_CUDA(cudaMemcpy(reinterpret_cast<char*>(v) + c * pool_bytes, p.v.data(), pool_bytes, cudaMemcpyHostToDevice));
+      CHECK_CUDA(cudaMemcpy(reinterpret_cast<char*>(bmin) + c * meta_bytes, p.bmin.data(), meta_bytes, cudaMemcpyHostToDevice));
+      CHECK_CUDA(cudaMemcpy(reinterpret_cast<char*>(bmax) + c * meta_bytes, p.bmax.data(), meta_bytes, cudaMemcpyHostToDevice));
+      std::vector<int32_t> t = p.block_table;
+      for (auto& x : t) x += c * p.num_physical;
+      CHECK_CUDA(cudaMemcpy(table + c * t.size(), t.data(), t.size() * 4, cudaMemcpyHostToDevice));
+    }
+    auto* q = static_cast<uint16_t*>(dalloc(p.q.size() * 2));
+    auto* anc = static_cast<uint64_t*>(dalloc(p.ancestors.size() * 8));
+    auto* out = static_cast<uint16_t*>(dalloc(p.q.size() * 2));
+    CHECK_CUDA(cudaMemcpy(q, p.q.data(), p.q.size() * 2, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(anc, p.ancestors.data(), p.ancestors.size() * 8, cudaMemcpyHostToDevice));
+    auto kv_of = [&](int c) {
+      return PagedKv{k, v, bmin, bmax, table + c * p.block_table.size(), kv_heads};
+    };
+
+    for (int nodes : node_counts) {
+      TreeQueries tq{q, anc, nodes, q_heads, ctx, p.scale};
+      const int nblocks = (ctx + nodes + kAttnBlockSize - 1) / kAttnBlockSize;
+      const double io_bytes = 2.0 * nodes * q_heads * kAttnHeadDim * 2 + nodes * 8.0;  // q, out, ancestors
+      // Dense.
+      {
+        const size_t ws_bytes = attention_workspace_bytes(tq, kv_heads, 1, nodes, nblocks);
+        void* ws = dalloc(ws_bytes);
+        const double ms = median_ms(
+            [&](int i) {
+              if (!tree_attention_dense(kv_of(i % copies), tq, out, ws, ws_bytes, nullptr, &error)) {
+                std::fprintf(stderr, "bench_attention: %s\n", error.c_str());
+                std::exit(1);
+              }
+            },
+            iterations);
+        const double bytes = double(nblocks) * kv_heads * 2 * kBlockBytes + nblocks * 4.0 + io_bytes;
+        rows.push_back({{"kernel", "dense"}, {"context", ctx}, {"nodes", nodes}, {"ms", ms},
+                        {"bytes", bytes}, {"GBps", bytes / ms / 1e6}, {"fraction_of_copy", bytes / ms / 1e6 / copy_GBps}});
+        std::fprintf(stderr, "dense ctx=%d nodes=%d %.4f ms %.0f GB/s (%.0f%% of copy)\n", ctx, nodes, ms,
+                     bytes / ms / 1e6, 100 * bytes / ms / 1e6 / copy_GBps);
+        cudaFree(ws);
+      }
+      // Sparse: selection, then attention over the lists, per mode.
+      for (QueryMode mode :
+           {QueryMode::kPerQuery, QueryMode::kFirstQuery, QueryMode::kGroupUnion, QueryMode::kGroupShared}) {
+        SelectParams sp;
+        sp.mode = mode;
+        sp.group_size = group_size;
+        sp.top_k = top_k;
+        int groups = 0, gs = 0, max_blocks = 0;
+        select_list_shape(tq, sp, &groups, &gs, &max_blocks);
+        const size_t list_n = size_t(groups) * kv_heads * max_blocks;
+        BlockLists lists{static_cast<int32_t*>(dalloc(list_n * 4)), static_cast<uint64_t*>(dalloc(list_n * 8)),
+                         static_cast<int32_t*>(dalloc(size_t(groups) * kv_heads * 4)), groups, gs, max_blocks};
+        const size_t sws_bytes = select_workspace_bytes(tq, kv_heads, sp);
+        const size_t aws_bytes = attention_workspace_bytes(tq, kv_heads, groups, gs, max_blocks);
+        void* sws = dalloc(sws_bytes);
+        void* aws = dalloc(aws_bytes);
+        auto select = [&](int i) {
+          if (!select_blocks(kv_of(i % copies), tq, sp, &lists, sws, sws_bytes, nullptr, nullptr, &error)) {
+            std::fprintf(stderr, "bench_attention: %s\n", error.c_str());
+            std::exit(1);
+          }
+        };
+        const double select_ms = median_ms(select, iterations);
+        select(0);
+        CHECK_CUDA(cudaDeviceSynchronize());
+        // Bytes: loaded = every (group, kv head) entry; unique = distinct blocks per kv head.
+        std::vector<int32_t> hb(list_n), hc(size_t(groups) * kv_heads);
+        CHECK_CUDA(cudaMemcpy(hb.data(), lists.blocks, list_n * 4, cudaMemcpyDeviceToHost));
+        CHECK_CUDA(cudaMemcpy(hc.data(), lists.counts, hc.size() * 4, cudaMemcpyDeviceToHost));
+        double loaded = 0, unique = 0;
+        for (int h = 0; h < kv_heads; ++h) {
+          std::set<int> u;
+          for (int g = 0; g < groups; ++g) {
+            const int c = hc[size_t(g) * kv_heads + h];
+            loaded += c;
+            for (int e = 0; e < c; ++e) u.insert(hb[(size_t(g) * kv_heads + h) * max_blocks + e]);
+          }
+          unique += double(u.size());
+        }
+        const double attn_ms = median_ms(
+            [&](int i) {
+              if (!tree_attention_sparse(kv_of(i % copies), tq, lists, out, aws, aws_bytes, nullptr, &error)) {
+                std::fprintf(stderr, "bench_attention: %s\n", error.c_str());
+                std::exit(1);
+              }
+            },
+            iterations);
+        const double list_bytes = loaded * 12.0 + groups * kv_heads * 4.0;
+        const double unique_bytes = unique * 2 * kBlockBytes + list_bytes + io_bytes;
+        const double loaded_bytes = loaded * 2 * kBlockBytes + list_bytes + io_bytes;
+        const int selectors = (nodes + selector_stride(tq, sp) - 1) / selector_stride(tq, sp);
+        const double select_bytes = 2.0 * nblocks * kv_heads * kAttnHeadDim * 2 + nblocks * 4.0 +
+                                    selectors * (q_heads * kAttnHeadDim * 2.0) + list_bytes;
+        rows.push_back({{"kernel", std::string("sparse_") + query_mode_name(mode)},
+                        {"context", ctx}, {"nodes", nodes}, {"top_k", top_k}, {"group_size", gs},
+                        {"ms", attn_ms}, {"select_ms", select_ms},
+                        {"blocks_loaded_per_kv_head", loaded / kv_heads}, {"blocks_unique_per_kv_head", unique / kv_heads},
+                        {"bytes_unique", unique_bytes}, {"bytes_loaded", loaded_bytes},
+                        {"GBps", unique_bytes / attn_ms / 1e6}, {"fraction_of_copy", unique_bytes / attn_ms / 1e6 / copy_GBps},
+                        {"GBps_loaded", loaded_bytes / attn_ms / 1e6},
+                        {"select_bytes", select_bytes}, {"select_GBps", select_bytes / select_ms / 1e6}});
+        std::fprintf(stderr, "%-13s ctx=%d nodes=%d attn %.4f ms %.0f GB/s unique (%.0f%%), %.0f GB/s loaded; select %.4f ms\n",
+                     query_mode_name(mode), ctx, nodes, attn_ms, unique_bytes / attn_ms / 1e6,
+                     100 * unique_bytes / attn_ms / 1e6 / copy_GBps, loaded_bytes / attn_ms / 1e6, select_ms);
+        cudaFree(sws);
+        cudaFree(aws);
+        cudaFree(lists.blocks);
+        cudaFree(lists.members);
+        cudaFree(lists.counts);
+      }
+    }
+    for (void* ptr : {static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(bmin), static_cast<void*>(bmax),
+                      static_cast<void*>(table), static_cast<void*>(q), static_cast<void*>(anc), static_cast<void*>(out)})
+      cudaFree(ptr);
+  }
+
+  nlohmann::json result = {
+      {"bench", "attention"},
+      {"date", specula::bench::utc_now()},
+      {"device", {{"name", dev.name}, {"sm", std::to_string(dev.sm_major) + std::to_string(dev.sm_minor)},
+                  {"multiprocessors", dev.multiprocessors}, {"driver", specula::bench::nvidia_driver()},
+                  {"runtime_version", dev.runtime_version}}},
+      {"host", specula::bench::host_info()},
+      {"commit", commit},
+      {"command", specula::bench::command_line(argc, argv)},
+      {"seed", seed},
+      {"shape", {{"q_heads", q_heads}, {"kv_heads", kv_heads}, {"head_dim", kAttnHeadDim}, {"block_size", kAttnBlockSize},
+                 {"dtype", "bf16"}}},
+      {"copy_bandwidth_GBps", copy_GBps},
+      {"copy_memcpy_GBps", memcpy_bw.bytes_per_s / 1e9},
+      {"copy_kernel_GBps", kernel_bw.bytes_per_s / 1e9},
+      {"bytes_counted", "unique KV blocks (K+V) per kv head + block table/lists + q + out + ancestors; "
+                        "loaded = every (group, kv head) list entry"},
+      {"timing", "median of --iterations CUDA-event-timed calls after 3 warm-ups; KV pool copies rotate past L2"},
+      {"rows", rows},
+  };
+  std::puts(result.dump(2).c_str());
+  if (!out_path.empty()) std::ofstream(out_path) << result.dump(2) << "\n";
+  return 0;
+}

@@ -1,0 +1,226 @@
+// GPU tree-verify attention and Quest block selection against the double-precision CPU reference
+// (attention_reference.h), on fresh random inputs each run (the seed is printed).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <set>
+
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/device.h"
+#include "tests/kernels/cuda/attention_reference.h"
+
+namespace specula::cuda {
+namespace {
+
+using testing::from_bf16;
+using testing::Problem;
+
+template <class T>
+struct DeviceBuffer {
+  T* ptr = nullptr;
+  size_t n = 0;
+  explicit DeviceBuffer(size_t count) : n(count) {
+    if (cudaMalloc(&ptr, std::max<size_t>(1, n) * sizeof(T)) != cudaSuccess) ptr = nullptr;
+  }
+  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) {
+    if (ptr) cudaMemcpy(ptr, host.data(), n * sizeof(T), cudaMemcpyHostToDevice);
+  }
+  std::vector<T> to_host() const {
+    std::vector<T> h(n);
+    cudaMemcpy(h.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost);
+    return h;
+  }
+  ~DeviceBuffer() { cudaFree(ptr); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+uint64_t fresh_seed() {
+  const uint64_t seed = static_cast<uint64_t>(std::chrono::high_resolution_clock::now().time_since_epoch().count());
+  std::printf("seed: %llu\n", static_cast<unsigned long long>(seed));
+  return seed;
+}
+
+struct DeviceProblem {
+  DeviceBuffer<uint16_t> k, v, bmin, bmax, q, out;
+  DeviceBuffer<int32_t> table;
+  DeviceBuffer<uint64_t> anc;
+  PagedKv kv;
+  TreeQueries tq;
+  explicit DeviceProblem(const Problem& p)
+      : k(p.k), v(p.v), bmin(p.bmin), bmax(p.bmax), q(p.q), out(size_t(p.nodes) * p.q_heads * kAttnHeadDim),
+        table(p.block_table), anc(p.ancestors) {
+    kv = {k.ptr, v.ptr, bmin.ptr, bmax.ptr, table.ptr, p.kv_heads};
+    tq = {q.ptr, anc.ptr, p.nodes, p.q_heads, p.prefix_len, p.scale};
+    cudaMemset(out.ptr, 0xff, out.n * sizeof(uint16_t));  // poison: bf16 NaN
+  }
+};
+
+// ||gpu - ref|| / ||ref|| over all nodes and heads, with every element written (no NaN left).
+template <class Allowed>
+double relative_error(const Problem& p, const std::vector<uint16_t>& gpu, Allowed allowed) {
+  double num = 0, den = 0;
+  for (int n = 0; n < p.nodes; ++n) {
+    for (int h = 0; h < p.q_heads; ++h) {
+      const auto ref = testing::reference_attention(p, n, h, [&](int b) { return allowed(n, h, b); });
+      for (int d = 0; d < kAttnHeadDim; ++d) {
+        const double x = from_bf16(gpu[(size_t(n) * p.q_heads + h) * kAttnHeadDim + d]);
+        if (!std::isfinite(x)) return INFINITY;
+        num += (x - ref[d]) * (x - ref[d]);
+        den += ref[d] * ref[d];
+      }
+    }
+  }
+  return std::sqrt(num / den);
+}
+
+TEST(CudaTreeAttention, DenseMatchesReferenceOnRandomTrees) {
+  if (device_count() == 0) GTEST_SKIP() << "skipped: no GPU (" << no_device_reason() << ")";
+  std::mt19937_64 rng(fresh_seed());
+  struct Case { int nodes, prefix; };
+  for (Case c : {Case{1, 37}, Case{5, 0}, Case{8, 1000}, Case{16, 3001}, Case{64, 517}, Case{64, 4096}}) {
+    const Problem p = testing::make_problem(rng, 2, 8, c.nodes, c.prefix);
+    DeviceProblem dp(p);
+    const int max_blocks = p.nblocks;
+    DeviceBuffer<unsigned char> ws(attention_workspace_bytes(dp.tq, p.kv_heads, 1, p.nodes, max_blocks));
+    std::string error;
+    ASSERT_TRUE(tree_attention_dense(dp.kv, dp.tq, dp.out.ptr, ws.ptr, ws.n, nullptr, &error)) << error;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const double err = relative_error(p, dp.out.to_host(), [](int, int, int) { return true; });
+    EXPECT_LT(err, 1e-2) << "nodes " << c.nodes << " prefix " << c.prefix;
+    std::printf("dense nodes=%d prefix=%d rel_err=%.2e\n", c.nodes, c.prefix, err);
+  }
+}
+
+TEST(CudaTreeAttention, RejectsTooManyNodes) {
+  if (device_count() == 0) GTEST_SKIP() << "skipped: no GPU (" << no_device_reason() << ")";
+  std::mt19937_64 rng(fresh_seed());
+  const Problem p = testing::make_problem(rng, 2, 8, 4, 64);
+  DeviceProblem dp(p);
+  dp.tq.nodes = 65;
+  std::string error;
+  EXPECT_FALSE(tree_attention_dense(dp.kv, dp.tq, dp.out.ptr, nullptr, 0, nullptr, &error));
+  EXPECT_NE(error.find("nodes"), std::string::npos) << error;
+}
+
+// Each node's block set, decoded from the lists' member masks.
+std::vector<std::set<int>> node_sets(const Problem& p, const BlockLists& L, const std::vector<int32_t>& blocks,
+                                     const std::vector<uint64_t>& members, const std::vector<int32_t>& counts,
+                                     int kvh) {
+  std::vector<std::set<int>> sets(p.nodes);
+  for (int g = 0; g < L.groups; ++g) {
+    const size_t base = (size_t(g) * p.kv_heads + kvh) * L.max_blocks;
+    for (int e = 0; e < counts[g * p.kv_heads + kvh]; ++e) {
+      for (int n = 0; n < p.nodes; ++n) {
+        if ((members[base + e] >> n) & 1ull) {
+          EXPECT_EQ(n / L.group_size, g) << "node " << n << " listed in another group's blocks";
+          sets[n].insert(blocks[base + e]);
+        }
+      }
+      if (e > 0) {
+        EXPECT_LT(blocks[base + e - 1], blocks[base + e]) << "lists must ascend";
+      }
+    }
+  }
+  return sets;
+}
+
+void check_sparse_mode(QueryMode mode, int nodes, int prefix, std::mt19937_64& rng) {
+  SCOPED_TRACE(std::string("mode ") + query_mode_name(mode) + " nodes " + std::to_string(nodes));
+  const Problem p = testing::make_problem(rng, 2, 8, nodes, prefix);
+  DeviceProblem dp(p);
+  SelectParams sp;
+  sp.mode = mode;
+  sp.group_size = 4;
+  sp.top_k = 7;
+  sp.sink_blocks = 1;
+  sp.local_blocks = 2;
+  int groups = 0, gs = 0, max_blocks = 0;
+  select_list_shape(dp.tq, sp, &groups, &gs, &max_blocks);
+  DeviceBuffer<int32_t> blocks(size_t(groups) * p.kv_heads * max_blocks), counts(size_t(groups) * p.kv_heads);
+  DeviceBuffer<uint64_t> members(size_t(groups) * p.kv_heads * max_blocks);
+  BlockLists lists{blocks.ptr, members.ptr, counts.ptr, 0, 0, 0};
+  const int stride = selector_stride(dp.tq, sp), selectors = (nodes + stride - 1) / stride;
+  DeviceBuffer<float> scores(size_t(selectors) * p.kv_heads * p.nblocks);
+  DeviceBuffer<unsigned char> sws(select_workspace_bytes(dp.tq, p.kv_heads, sp));
+  std::string error;
+  ASSERT_TRUE(select_blocks(dp.kv, dp.tq, sp, &lists, sws.ptr, sws.n, scores.ptr, nullptr, &error)) << error;
+  DeviceBuffer<unsigned char> aws(attention_workspace_bytes(dp.tq, p.kv_heads, groups, gs, max_blocks));
+  ASSERT_TRUE(tree_attention_sparse(dp.kv, dp.tq, lists, dp.out.ptr, aws.ptr, aws.n, nullptr, &error)) << error;
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+
+  // Scores: forced blocks +inf, the rest the Quest bound.
+  const int first_forced = std::max(0, prefix / 16 - sp.local_blocks);
+  auto forced = [&](int b) { return b < sp.sink_blocks || b >= first_forced; };
+  const auto hs = scores.to_host();
+  for (int s = 0; s < selectors; ++s) {
+    for (int h = 0; h < p.kv_heads; ++h) {
+      for (int b = 0; b < p.nblocks; ++b) {
+        const float got = hs[(size_t(s) * p.kv_heads + h) * p.nblocks + b];
+        if (forced(b)) {
+          EXPECT_TRUE(std::isinf(got) && got > 0) << "block " << b;
+        } else {
+          const double want = testing::reference_quest_score(p, s * stride, h, b);
+          EXPECT_NEAR(got, want, 1e-4 * (1 + std::fabs(want))) << "sel " << s << " kvh " << h << " block " << b;
+        }
+      }
+    }
+  }
+
+  // Every node's set: all forced blocks, exactly `take` blocks, and a top set of its selector's
+  // scores (no unselected block scores higher than a selected one, up to float rounding).
+  int n_forced = 0;
+  for (int b = 0; b < p.nblocks; ++b) n_forced += forced(b) ? 1 : 0;
+  const int take = std::min(p.nblocks, n_forced + sp.top_k);
+  const auto hb = blocks.to_host();
+  const auto hm = members.to_host();
+  const auto hc = counts.to_host();
+  std::vector<std::vector<std::set<int>>> sets(p.kv_heads);
+  for (int h = 0; h < p.kv_heads; ++h) {
+    sets[h] = node_sets(p, lists, hb, hm, hc, h);
+    for (int n = 0; n < nodes; ++n) {
+      const auto& set = sets[h][n];
+      ASSERT_EQ(static_cast<int>(set.size()), take) << "node " << n << " kvh " << h;
+      const int sel_node = (n / stride) * stride;
+      double worst_in = INFINITY, best_out = -INFINITY;
+      for (int b = 0; b < p.nblocks; ++b) {
+        if (forced(b)) {
+          EXPECT_TRUE(set.count(b)) << "forced block " << b << " missing for node " << n;
+          continue;
+        }
+        const double sc = testing::reference_quest_score(p, sel_node, h, b);
+        if (set.count(b)) worst_in = std::min(worst_in, sc);
+        else best_out = std::max(best_out, sc);
+      }
+      if (worst_in != INFINITY && best_out != -INFINITY) {
+        EXPECT_GE(worst_in, best_out - 1e-3);
+      }
+      if (mode == QueryMode::kGroupShared || mode == QueryMode::kFirstQuery) {
+        EXPECT_EQ(set, sets[h][sel_node]);
+      }
+    }
+  }
+
+  const double err = relative_error(p, dp.out.to_host(), [&](int n, int h, int b) {
+    return sets[h / (p.q_heads / p.kv_heads)][n].count(b) > 0;
+  });
+  EXPECT_LT(err, 1e-2);
+  std::printf("sparse %s nodes=%d prefix=%d rel_err=%.2e\n", query_mode_name(mode), nodes, prefix, err);
+}
+
+TEST(CudaSparseAttention, EveryQueryModeMatchesReference) {
+  if (device_count() == 0) GTEST_SKIP() << "skipped: no GPU (" << no_device_reason() << ")";
+  std::mt19937_64 rng(fresh_seed());
+  for (QueryMode mode :
+       {QueryMode::kPerQuery, QueryMode::kFirstQuery, QueryMode::kGroupUnion, QueryMode::kGroupShared}) {
+    check_sparse_mode(mode, 13, 1500 + static_cast<int>(rng() % 700), rng);
+    check_sparse_mode(mode, 64, 900, rng);
+  }
+  check_sparse_mode(QueryMode::kGroupUnion, 3, 40, rng);  // fewer blocks than top-k
+}
+
+}  // namespace
+}  // namespace specula::cuda
