@@ -243,11 +243,14 @@ Status CuptiCapture::flush() {
 
 Status CuptiCapture::stop() {
   if (stopped_ || !api_) return {};
+  // Deliver every record while the kinds are still enabled: kernel name strings in the records
+  // belong to CUPTI and may be released once the activity is disabled.
+  const Status flushed = flush();
   for (CUpti_ActivityKind kind : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_RUNTIME,
                                   CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MARKER}) {
     api_->disable(kind);
   }
-  const Status flushed = flush();
+  (void)flush();  // whatever completed in between
   stopped_ = true;
   std::lock_guard lock(CaptureCallbacks::mutex);
   if (CaptureCallbacks::active == this) CaptureCallbacks::active = nullptr;
