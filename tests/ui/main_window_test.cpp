@@ -6,10 +6,12 @@
 
 #include <QApplication>
 #include <QEventLoop>
+#include <QTemporaryDir>
 #include <QTimer>
 #include <filesystem>
 
 #include "engine/model/loader.h"
+#include "ui/views/run_panel.h"
 
 namespace specula::ui {
 namespace {
@@ -35,6 +37,8 @@ TEST(MainWindow, StreamsGeneratedTextFromTheDefaultModel) {
     GTEST_SKIP() << "skipped: default model not downloaded";
   }
   MainWindow window;
+  QTemporaryDir sessions;
+  window.runPanel()->setSessionDirectory(sessions.path());
   window.show();
   window.setPrompt("What is the capital of France?");
   const auto outcome = run_and_wait(window, 120000);
@@ -48,6 +52,8 @@ TEST(MainWindow, StreamsGeneratedTextFromTheDefaultModel) {
 TEST(MainWindow, ReportsAMissingModelAsAnError) {
   app();
   MainWindow window;
+  QTemporaryDir sessions;
+  window.runPanel()->setSessionDirectory(sessions.path());
   window.setModelSpec("/nonexistent/model.gguf");
   window.setPrompt("hello");
   const auto outcome = run_and_wait(window, 30000);

@@ -1,20 +1,12 @@
 #pragma once
-// The first window a user meets: choose a model, type a prompt, press Run, watch the text
-// stream in. Generation runs on a worker thread (ui/live/generation_worker.h).
+// The main window: the run panel (model, drafter, tree, acceptance, prompt library, coloured
+// streamed output, live counters; every run recorded as a session) and a File menu. Generation
+// runs on a worker thread (ui/live/generation_worker.h); the window never blocks.
 #include <QMainWindow>
-#include <QThread>
-
-class QCheckBox;
-class QDoubleSpinBox;
-class QLabel;
-class QLineEdit;
-class QPlainTextEdit;
-class QPushButton;
-class QSpinBox;
 
 namespace specula::ui {
 
-class GenerationWorker;
+class RunPanel;
 
 class MainWindow : public QMainWindow {
   Q_OBJECT
@@ -25,7 +17,8 @@ class MainWindow : public QMainWindow {
   void setModelSpec(const QString& spec);
   void setPrompt(const QString& prompt);
   QString outputText() const;
-  bool isRunning() const { return running_; }
+  bool isRunning() const;
+  RunPanel* runPanel() const { return run_panel_; }
 
  public slots:
   void startRun();
@@ -35,21 +28,7 @@ class MainWindow : public QMainWindow {
   void runFinished(bool ok);  // emitted after every run, for tests and scripting
 
  private:
-  void browseModel();
-  void setRunning(bool running);
-
-  QThread worker_thread_;
-  GenerationWorker* worker_ = nullptr;  // lives on worker_thread_, deleted when it finishes
-  QLineEdit* model_edit_ = nullptr;
-  QCheckBox* chat_box_ = nullptr;
-  QSpinBox* max_tokens_ = nullptr;
-  QDoubleSpinBox* temperature_ = nullptr;
-  QPlainTextEdit* prompt_edit_ = nullptr;
-  QPlainTextEdit* output_ = nullptr;
-  QPushButton* run_button_ = nullptr;
-  QPushButton* stop_button_ = nullptr;
-  QLabel* speed_label_ = nullptr;
-  bool running_ = false;
+  RunPanel* run_panel_ = nullptr;
 };
 
 }  // namespace specula::ui

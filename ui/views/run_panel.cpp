@@ -152,6 +152,12 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
   connect(worker_, &GenerationWorker::failed, this, [this](const QString& message) {
     setRunning(false);
     counters_->setText(tr("Failed: %1").arg(message));
+    // The error also goes where the user is looking: the output pane, in the palette's link-visited red.
+    QTextCursor cursor(output_->document());
+    cursor.movePosition(QTextCursor::End);
+    QTextCharFormat format;
+    format.setForeground(QColor(200, 40, 40));
+    cursor.insertText((output_->document()->isEmpty() ? QString() : QStringLiteral("\n")) + tr("Error: %1").arg(message), format);
     emit runFinished(false);
   });
   worker_thread_.start();
