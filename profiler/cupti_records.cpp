@@ -46,7 +46,7 @@ bool CuptiRecordParser::valid(uint64_t start, uint64_t end) {
 std::string_view CuptiRecordParser::intern(const std::string& raw, bool demangle) {
   auto it = names_.find(raw);
   if (it != names_.end()) return it->second;
-  const std::string& own = batch_.names.emplace_back(demangle ? demangle_kernel_name(raw.c_str()) : raw);
+  const std::string& own = batch_.names->emplace_back(demangle ? demangle_kernel_name(raw.c_str()) : raw);
   return names_.emplace(raw, own).first->second;
 }
 

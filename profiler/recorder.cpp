@@ -1,5 +1,7 @@
 #include "profiler/recorder.h"
 
+#include <type_traits>
+
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -64,6 +66,7 @@ Recorder::Recorder(SessionStore store, RecorderOptions options)
 Recorder::~Recorder() { (void)finish(); }
 
 void Recorder::enqueue(Item item) {
+  static_assert(std::is_nothrow_move_constructible_v<Item>, "queue growth must move items, not copy them");
   {
     std::lock_guard lock(mutex_);
     if (finished_ || stopping_ || queue_.size() >= max_queued_) {
@@ -92,13 +95,17 @@ void Recorder::record_kernels(std::span<const KernelActivity> kernels) {
   for (KernelActivity& k : batch.kernels) {
     auto it = copied.find(k.demangled_name);
     if (it == copied.end()) {
-      const std::string& own = batch.names.emplace_back(k.demangled_name);
+      const std::string& own = batch.names->emplace_back(k.demangled_name);
       it = copied.emplace(k.demangled_name, own).first;
     }
     k.demangled_name = it->second;
   }
   enqueue(std::move(batch));
 }
+
+// The queue is a vector of items: growing it must move batches, never copy them (their records
+// hold views into their own name storage).
+static_assert(std::is_nothrow_move_constructible_v<GpuActivityBatch>);
 
 void Recorder::record_gpu(GpuActivityBatch batch) {
   if (!batch.empty()) enqueue(std::move(batch));

@@ -33,7 +33,9 @@ struct GpuActivityBatch {
   std::vector<MemcpyActivity> memcpy;
   std::vector<NvtxRange> ranges;  // NVTX ranges captured by CUPTI (MARKER), outside rounds
   std::vector<GpuInfo> gpus;
-  std::deque<std::string> names;
+  // Behind a pointer so a batch moves without copying its strings: std::deque's move may throw,
+  // which would make the recorder's queue copy batches on growth and leave the views dangling.
+  std::unique_ptr<std::deque<std::string>> names = std::make_unique<std::deque<std::string>>();
   bool empty() const { return kernels.empty() && runtime.empty() && memcpy.empty() && ranges.empty() && gpus.empty(); }
 };
 

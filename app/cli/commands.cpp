@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/cli/backend_commands.h"
 #include "app/cli/record.h"
 #include "engine/generate.h"
 #include "engine/model/loader.h"
@@ -276,6 +277,7 @@ int run_speculative(const GenerateArgs& args, const Model& model, std::span<cons
 }  // namespace
 
 int run_generate(const GenerateArgs& args) {
+  if (const int code = run_generate_on_backend(args); code != kUseCpuGenerate) return code;
   if (auto ok = check_speculation_flags(args.spec, args.temperature); !ok) return fail(ok.error().message);
   auto prompt_text = read_prompt(args);
   if (!prompt_text) return fail(prompt_text.error().message);

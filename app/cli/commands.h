@@ -46,6 +46,8 @@ struct GenerateArgs {
   std::string record_level = "summary";  // summary | full
   bool overwrite = false;                // replace an existing session file
   std::string precision = "f32";         // f32 | int8 (activations of the target's matmuls)
+  std::string backend = "auto";          // auto | cpu | cuda (auto: cuda when a GPU is present)
+  std::optional<std::string> synthetic;  // random weights of a known shape, e.g. llama-3.1-8b
 };
 
 struct SpecbenchArgs {

@@ -72,6 +72,11 @@ int main(int argc, char** argv) {
                        "Target matmul activations: f32 (matches transformers to ~1e-6) | int8 (faster, ~1e-2 logit error)")
       ->check(CLI::IsMember({"f32", "int8"}))
       ->capture_default_str();
+  generate->add_option("--backend", gen.backend, "Where the model runs: auto (cuda when a GPU is present) | cpu | cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+  generate->add_option("--synthetic", gen.synthetic,
+                       "Random bf16 weights of a known shape on the GPU, for timing only: llama-3.1-8b");
   add_speculation_flags(generate, gen.spec);
   generate->add_option("--record", gen.record,
                        "Record the run into this session database (SQLite; open it in the app, export, diff)");

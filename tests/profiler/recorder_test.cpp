@@ -192,6 +192,31 @@ TEST_F(RecorderTest, KernelBatchesAreCopiedAndWritten) {
   }
 }
 
+// Regression: batches queued faster than the writer drains grow the queue; a batch copied on
+// growth (instead of moved) left its kernel rows pointing at freed name strings.
+TEST_F(RecorderTest, KernelNamesSurviveQueueGrowth) {
+  auto recorder = record_to(file("growth.sqlite"), ObserveLevel::kSummary);
+  ASSERT_TRUE(recorder.ok());
+  constexpr int kBatches = 2000;
+  for (int i = 0; i < kBatches; ++i) {
+    const std::string name = "kernel_number_" + std::to_string(i) + "_with_a_name_longer_than_sso";
+    KernelActivity k;
+    k.start = 1000 + i;
+    k.end = 2000 + i;
+    k.demangled_name = name;
+    (*recorder)->record_kernels(std::span(&k, 1));
+  }
+  ASSERT_TRUE((*recorder)->finish().ok());
+  auto store = open_session(file("growth.sqlite"));
+  ASSERT_TRUE(store.ok());
+  auto kernels = store->read_kernels();
+  ASSERT_TRUE(kernels.ok());
+  ASSERT_EQ(kernels->size(), static_cast<size_t>(kBatches));
+  for (const KernelRow& k : *kernels) {
+    EXPECT_EQ(k.demangled_name, "kernel_number_" + std::to_string(k.start - 1000) + "_with_a_name_longer_than_sso");
+  }
+}
+
 TEST_F(RecorderTest, FullQueueDropsInsteadOfBlocking) {
   RecorderOptions options;
   options.max_queued_items = 4;

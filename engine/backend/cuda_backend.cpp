@@ -1,0 +1,583 @@
+#include "engine/backend/cuda_backend.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#if defined(SPECULA_HAVE_CUDA)
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "kernels/cpu/dequant.h"
+#include "kernels/cpu/tensor_type.h"
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/model_ops.h"
+#endif
+
+namespace specula {
+
+Expected<ModelConfig> synthetic_config(const std::string& name) {
+  if (name != "llama-3.1-8b") return make_error("--synthetic: unknown shape '" + name + "' (known: llama-3.1-8b)");
+  ModelConfig c;
+  c.architecture = "llama";
+  c.name = "synthetic llama-3.1-8b (random bf16 weights)";
+  c.n_layers = 32;
+  c.dim = 4096;
+  c.n_heads = 32;
+  c.n_kv_heads = 8;
+  c.head_dim = 128;
+  c.ffn_dim = 14336;
+  c.vocab_size = 128256;
+  c.context_length = 131072;
+  c.rope_theta = 500000.0f;
+  c.rms_eps = 1e-5f;
+  c.tied_embeddings = false;
+  c.rope_style = RopeStyle::HalfSplit;
+  return c;
+}
+
+#if !defined(SPECULA_HAVE_CUDA)
+
+bool cuda_gpu_available() { return false; }
+struct CudaBackend::Impl {
+  ModelConfig cfg;
+};
+CudaBackend::CudaBackend() : impl_(std::make_unique<Impl>()) {}
+CudaBackend::~CudaBackend() = default;
+const ModelConfig& CudaBackend::config() const { return impl_->cfg; }
+std::string CudaBackend::device() const { return "none"; }
+Expected<std::unique_ptr<BackendSession>> CudaBackend::start(int, int64_t) {
+  return make_error("CUDA backend: built without CUDA");
+}
+bool CudaBackend::synthetic() const { return false; }
+uint64_t CudaBackend::weight_bytes_per_token() const { return 0; }
+uint64_t CudaBackend::device_bytes() const { return 0; }
+
+Expected<std::unique_ptr<CudaBackend>> make_cuda_backend(const Model&, const CudaBackendOptions&) {
+  return make_error("--backend cuda: this specula-cli was built without CUDA (nvcc was not found at configure time)");
+}
+Expected<std::unique_ptr<CudaBackend>> make_synthetic_cuda_backend(const ModelConfig&, uint64_t,
+                                                                   const CudaBackendOptions&) {
+  return make_error("--synthetic: this specula-cli was built without CUDA (nvcc was not found at configure time)");
+}
+
+#else
+
+bool cuda_gpu_available() { return cuda::device_count() > 0; }
+
+namespace {
+
+using cuda::bf16_bits;
+
+Error cuda_error(const std::string& what, cudaError_t status) {
+  return make_error("CUDA backend: " + what + " failed: " + cudaGetErrorString(status));
+}
+
+#define SPECULA_CUDA_TRY(expr, what)                               \
+  do {                                                             \
+    if (const cudaError_t status_ = (expr); status_ != cudaSuccess) \
+      return cuda_error(what, status_);                            \
+  } while (0)
+
+std::string gib(uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+
+template <class T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    std::swap(ptr_, o.ptr_);
+    std::swap(n_, o.n_);
+    return *this;
+  }
+  ~DeviceBuffer() {
+    if (ptr_) cudaFree(ptr_);
+  }
+  Status allocate(size_t n, const char* what) {
+    if (ptr_) cudaFree(ptr_);
+    ptr_ = nullptr;
+    n_ = 0;
+    if (n == 0) return {};
+    void* p = nullptr;
+    SPECULA_CUDA_TRY(cudaMalloc(&p, n * sizeof(T)), std::string("cudaMalloc of ") + what + " (" + gib(n * sizeof(T)) + ")");
+    ptr_ = static_cast<T*>(p);
+    n_ = n;
+    return {};
+  }
+  T* get() const { return ptr_; }
+  size_t size() const { return n_; }
+  size_t bytes() const { return n_ * sizeof(T); }
+
+ private:
+  T* ptr_ = nullptr;
+  size_t n_ = 0;
+};
+
+// Round to nearest even, as __float2bfloat16_rn does (weights are finite).
+uint16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+struct GpuLayer {
+  DeviceBuffer<float> attn_norm, ffn_norm;
+  DeviceBuffer<bf16_bits> qkv, wo, gate_up, down;  // row-major (out, in), like the CPU's fused matrices
+};
+
+}  // namespace
+
+struct CudaBackend::Impl {
+  ModelConfig cfg;
+  bool synthetic = false;
+  int device = 0;
+  std::string device_name;
+  cudaStream_t stream = nullptr;
+  cublasHandle_t cublas = nullptr;
+  std::vector<GpuLayer> layers;
+  DeviceBuffer<bf16_bits> embd, output_own;
+  const bf16_bits* output = nullptr;
+  DeviceBuffer<float> output_norm;
+  uint64_t weight_bytes = 0;
+
+  // Scratch for up to scratch_T tokens.
+  int64_t scratch_T = 0;
+  DeviceBuffer<float> x, qkv, gu, logits;
+  DeviceBuffer<bf16_bits> xn, att;
+  DeviceBuffer<int32_t> ids;    // tokens (T) then positions (T)
+  DeviceBuffer<uint8_t> mask;   // (T, T)
+  int32_t* host_ids = nullptr;  // pinned staging, 2·scratch_T
+  uint8_t* host_mask = nullptr; // pinned, scratch_T²
+
+  ~Impl() {
+    if (host_ids) cudaFreeHost(host_ids);
+    if (host_mask) cudaFreeHost(host_mask);
+    if (cublas) cublasDestroy(cublas);
+    if (stream) cudaStreamDestroy(stream);
+  }
+
+  int64_t q_dim() const { return cfg.n_heads * cfg.head_dim; }
+  int64_t kv_dim() const { return cfg.n_kv_heads * cfg.head_dim; }
+  int64_t qkv_dim() const { return q_dim() + 2 * kv_dim(); }
+
+  Status init(int dev) {
+    device = dev;
+    if (cuda::device_count() <= dev) return make_error("--backend cuda: no CUDA GPU found (" + cuda::no_device_reason() + ")");
+    SPECULA_CUDA_TRY(cudaSetDevice(dev), "cudaSetDevice");
+    cudaDeviceProp prop{};
+    SPECULA_CUDA_TRY(cudaGetDeviceProperties(&prop, dev), "cudaGetDeviceProperties");
+    device_name = prop.name;
+    SPECULA_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS) return make_error("CUDA backend: cublasCreate failed");
+    cublasSetStream(cublas, stream);
+    return {};
+  }
+
+  uint64_t weight_bytes_needed() const {
+    const uint64_t per_layer = 2 * (qkv_dim() * cfg.dim + cfg.dim * q_dim() + 3 * cfg.ffn_dim * cfg.dim) + 8 * cfg.dim;
+    uint64_t total = cfg.n_layers * per_layer + 2ull * cfg.vocab_size * cfg.dim + 4 * cfg.dim;
+    if (!cfg.tied_embeddings) total += 2ull * cfg.vocab_size * cfg.dim;
+    return total;
+  }
+
+  Status check_free_memory(uint64_t need, const std::string& what) const {
+    size_t free = 0, total = 0;
+    SPECULA_CUDA_TRY(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+    const uint64_t margin = 256ull << 20;  // cuBLAS workspace, scratch, context
+    if (need + margin > free) {
+      return make_error(what + " needs " + gib(need) + " of GPU memory, but only " + gib(free) + " of " + gib(total) +
+                        " is free on " + device_name);
+    }
+    return {};
+  }
+
+  Status allocate_weights() {
+    if (auto ok = check_free_memory(weight_bytes_needed(), "the model (" + cfg.name + ", bf16 weights)"); !ok) return ok;
+    layers.resize(static_cast<size_t>(cfg.n_layers));
+    for (auto& L : layers) {
+      if (auto ok = L.attn_norm.allocate(cfg.dim, "attn_norm"); !ok) return ok;
+      if (auto ok = L.ffn_norm.allocate(cfg.dim, "ffn_norm"); !ok) return ok;
+      if (auto ok = L.qkv.allocate(qkv_dim() * cfg.dim, "wqkv"); !ok) return ok;
+      if (auto ok = L.wo.allocate(cfg.dim * q_dim(), "wo"); !ok) return ok;
+      if (auto ok = L.gate_up.allocate(2 * cfg.ffn_dim * cfg.dim, "w_gate_up"); !ok) return ok;
+      if (auto ok = L.down.allocate(cfg.dim * cfg.ffn_dim, "w_down"); !ok) return ok;
+    }
+    if (auto ok = embd.allocate(cfg.vocab_size * cfg.dim, "token_embd"); !ok) return ok;
+    if (auto ok = output_norm.allocate(cfg.dim, "output_norm"); !ok) return ok;
+    if (!cfg.tied_embeddings) {
+      if (auto ok = output_own.allocate(cfg.vocab_size * cfg.dim, "output"); !ok) return ok;
+      output = output_own.get();
+    } else {
+      output = embd.get();
+    }
+    weight_bytes = 0;
+    for (const auto& L : layers) {
+      weight_bytes += L.attn_norm.bytes() + L.ffn_norm.bytes() + L.qkv.bytes() + L.wo.bytes() + L.gate_up.bytes() +
+                      L.down.bytes();
+    }
+    weight_bytes += output_norm.bytes() + 2ull * cfg.vocab_size * cfg.dim;  // output projection
+    return {};
+  }
+
+  // Dequantizes `t` on the host and uploads it as bf16 rows [row0, row0 + t.rows()) of dst.
+  Status upload_bf16(const TensorRef& t, bf16_bits* dst, int64_t row0) {
+    const auto traits = tensor_type_traits(t.type);
+    if (!traits) return make_error("CUDA backend: " + t.name + " has an unknown tensor type");
+    const int64_t cols = t.cols(), row_bytes = cols / traits->block_elems * traits->block_bytes;
+    std::vector<float> f(static_cast<size_t>(cols));
+    std::vector<uint16_t> h(static_cast<size_t>(cols * t.rows()));
+    for (int64_t r = 0; r < t.rows(); ++r) {
+      const auto res = dequantize_row(t.type, t.data.data() + r * row_bytes, f.data(), cols);
+      if (!res.ok) return make_error("CUDA backend: " + t.name + ": " + res.error);
+      for (int64_t c = 0; c < cols; ++c) h[static_cast<size_t>(r * cols + c)] = to_bf16(f[static_cast<size_t>(c)]);
+    }
+    SPECULA_CUDA_TRY(cudaMemcpy(dst + row0 * cols, h.data(), h.size() * 2, cudaMemcpyHostToDevice), "upload of " + t.name);
+    return {};
+  }
+
+  Status upload_f32(const TensorRef& t, float* dst) {
+    std::vector<float> f(static_cast<size_t>(t.cols() * t.rows()));
+    const auto res = dequantize_row(t.type, t.data.data(), f.data(), static_cast<int64_t>(f.size()));
+    if (!res.ok) return make_error("CUDA backend: " + t.name + ": " + res.error);
+    SPECULA_CUDA_TRY(cudaMemcpy(dst, f.data(), f.size() * 4, cudaMemcpyHostToDevice), "upload of " + t.name);
+    return {};
+  }
+
+  Status load(const Model& model) {
+    cfg = model.config;
+    if (cfg.head_dim > 256 || cfg.head_dim % 2 != 0) {
+      return make_error("CUDA backend: head_dim " + std::to_string(cfg.head_dim) + " unsupported (even, at most 256)");
+    }
+    if (auto ok = allocate_weights(); !ok) return ok;
+    const auto& w = model.weights;
+    for (int64_t l = 0; l < cfg.n_layers; ++l) {
+      const LayerWeights& s = w.layers[static_cast<size_t>(l)];
+      GpuLayer& d = layers[static_cast<size_t>(l)];
+      Status ok = upload_f32(s.attn_norm, d.attn_norm.get());
+      if (ok) ok = upload_f32(s.ffn_norm, d.ffn_norm.get());
+      if (ok) ok = upload_bf16(s.wq, d.qkv.get(), 0);
+      if (ok) ok = upload_bf16(s.wk, d.qkv.get(), q_dim());
+      if (ok) ok = upload_bf16(s.wv, d.qkv.get(), q_dim() + kv_dim());
+      if (ok) ok = upload_bf16(s.wo, d.wo.get(), 0);
+      if (ok) ok = upload_bf16(s.w_gate, d.gate_up.get(), 0);
+      if (ok) ok = upload_bf16(s.w_up, d.gate_up.get(), cfg.ffn_dim);
+      if (ok) ok = upload_bf16(s.w_down, d.down.get(), 0);
+      if (!ok) return ok;
+    }
+    if (auto ok = upload_bf16(w.token_embd, embd.get(), 0); !ok) return ok;
+    if (auto ok = upload_f32(w.output_norm, output_norm.get()); !ok) return ok;
+    if (!cfg.tied_embeddings) {
+      if (auto ok = upload_bf16(w.output, output_own.get(), 0); !ok) return ok;
+    }
+    return {};
+  }
+
+  Status generate_synthetic(const ModelConfig& config, uint64_t seed) {
+    cfg = config;
+    synthetic = true;
+    if (auto ok = allocate_weights(); !ok) return ok;
+    uint64_t k = seed * 1000003ull;
+    auto fill = [&](DeviceBuffer<bf16_bits>& b, int64_t fan_in) {
+      cuda::fill_uniform_bf16(b.get(), static_cast<int64_t>(b.size()), ++k, 1.0f / std::sqrt(static_cast<float>(fan_in)),
+                              stream);
+    };
+    for (auto& L : layers) {
+      cuda::fill_f32(L.attn_norm.get(), cfg.dim, 1.0f, stream);
+      cuda::fill_f32(L.ffn_norm.get(), cfg.dim, 1.0f, stream);
+      fill(L.qkv, cfg.dim);
+      fill(L.wo, q_dim());
+      fill(L.gate_up, cfg.dim);
+      fill(L.down, cfg.ffn_dim);
+    }
+    cuda::fill_uniform_bf16(embd.get(), static_cast<int64_t>(embd.size()), ++k, 1.0f, stream);
+    cuda::fill_f32(output_norm.get(), cfg.dim, 1.0f, stream);
+    if (!cfg.tied_embeddings) fill(output_own, cfg.dim);
+    SPECULA_CUDA_TRY(cudaGetLastError(), "synthetic weight generation");
+    SPECULA_CUDA_TRY(cudaStreamSynchronize(stream), "synthetic weight generation");
+    return {};
+  }
+
+  Status ensure_scratch(int64_t T) {
+    if (T <= scratch_T) return {};
+    const int64_t wide = std::max(cfg.dim, cfg.ffn_dim);
+    if (auto ok = x.allocate(T * cfg.dim, "x"); !ok) return ok;
+    if (auto ok = qkv.allocate(T * qkv_dim(), "qkv"); !ok) return ok;
+    if (auto ok = gu.allocate(T * 2 * cfg.ffn_dim, "gate_up"); !ok) return ok;
+    if (auto ok = logits.allocate(T * cfg.vocab_size, "logits"); !ok) return ok;
+    if (auto ok = xn.allocate(T * wide, "xn"); !ok) return ok;
+    if (auto ok = att.allocate(T * q_dim(), "attention out"); !ok) return ok;
+    if (auto ok = ids.allocate(2 * T, "token ids"); !ok) return ok;
+    if (auto ok = mask.allocate(T * T, "mask"); !ok) return ok;
+    if (host_ids) cudaFreeHost(host_ids);
+    if (host_mask) cudaFreeHost(host_mask);
+    host_ids = nullptr;
+    host_mask = nullptr;
+    SPECULA_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&host_ids), 2 * T * sizeof(int32_t)), "cudaMallocHost");
+    SPECULA_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&host_mask), T * T), "cudaMallocHost");
+    scratch_T = T;
+    return {};
+  }
+
+  // Y(T, N) (+)= X(T, K) · W(N, K)ᵀ; bf16 in, f32 compute and out. In cuBLAS's column-major
+  // view W is (K, N) with ld K, so Yᵀ = op_T(W) · Xᵀ.
+  Status gemm(const bf16_bits* W, int64_t N, int64_t K, const bf16_bits* X, int64_t T, float* Y, int64_t ldy,
+              bool accumulate) {
+    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    const cublasStatus_t s =
+        cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(T), static_cast<int>(K),
+                     &alpha, W, CUDA_R_16BF, static_cast<int>(K), X, CUDA_R_16BF, static_cast<int>(K), &beta, Y,
+                     CUDA_R_32F, static_cast<int>(ldy), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+      return make_error("CUDA backend: cublasGemmEx (" + std::to_string(N) + "x" + std::to_string(K) + " by " +
+                        std::to_string(T) + " tokens) failed: " + cublasGetStatusString(s));
+    }
+    return {};
+  }
+};
+
+namespace {
+
+class CudaSession final : public BackendSession {
+ public:
+  CudaSession(CudaBackend::Impl* b, int block_size, int64_t capacity) : b_(b), B_(block_size), capacity_(capacity) {}
+
+  Status init() {
+    const auto& c = b_->cfg;
+    n_blocks_ = (capacity_ + B_ - 1) / B_;
+    const int64_t kv_per_layer = n_blocks_ * c.n_kv_heads * B_ * c.head_dim;
+    const int64_t meta_per_layer = n_blocks_ * c.n_kv_heads * c.head_dim;
+    const uint64_t need = static_cast<uint64_t>(c.n_layers) * (2 * kv_per_layer * 2 + 2 * meta_per_layer * 4);
+    if (auto ok = b_->check_free_memory(need, "a KV cache of " + std::to_string(capacity_) + " tokens"); !ok) return ok;
+    if (auto ok = keys_.allocate(c.n_layers * kv_per_layer, "KV keys"); !ok) return ok;
+    if (auto ok = values_.allocate(c.n_layers * kv_per_layer, "KV values"); !ok) return ok;
+    if (auto ok = kmin_.allocate(c.n_layers * meta_per_layer, "KV key min"); !ok) return ok;
+    if (auto ok = kmax_.allocate(c.n_layers * meta_per_layer, "KV key max"); !ok) return ok;
+    if (auto ok = table_.allocate(n_blocks_, "KV block table"); !ok) return ok;
+    // One sequence: logical block i is physical block i. The table is there so a shared pool
+    // (prefix sharing, several sequences) can later hand out blocks in any order.
+    std::vector<int32_t> table(static_cast<size_t>(n_blocks_));
+    for (int64_t i = 0; i < n_blocks_; ++i) table[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+    SPECULA_CUDA_TRY(cudaMemcpy(table_.get(), table.data(), table.size() * 4, cudaMemcpyHostToDevice), "block table upload");
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      cuda::PagedKvLayer k;
+      k.keys = keys_.get() + l * kv_per_layer;
+      k.values = values_.get() + l * kv_per_layer;
+      k.key_min = kmin_.get() + l * meta_per_layer;
+      k.key_max = kmax_.get() + l * meta_per_layer;
+      k.block_table = table_.get();
+      k.n_kv_heads = c.n_kv_heads;
+      k.head_dim = c.head_dim;
+      k.block_size = B_;
+      layers_.push_back(k);
+    }
+    return {};
+  }
+
+  Status forward(std::span<const int32_t> tokens, std::span<const int32_t> positions, const AttentionMask* mask,
+                 std::span<float> logits, LogitRows rows) override {
+    auto& b = *b_;
+    const auto& c = b.cfg;
+    const auto T = static_cast<int64_t>(tokens.size());
+    if (T == 0) return make_error("forward: no tokens");
+    if (static_cast<int64_t>(positions.size()) != T) {
+      return make_error("forward: " + std::to_string(T) + " tokens but " + std::to_string(positions.size()) +
+                        " positions");
+    }
+    if (mask && mask->size() != T) {
+      return make_error("forward: attention mask is " + std::to_string(mask->size()) + "x" +
+                        std::to_string(mask->size()) + " for " + std::to_string(T) + " tokens");
+    }
+    const int64_t V = c.vocab_size;
+    const int64_t want = rows == LogitRows::All ? T * V : V;
+    if (static_cast<int64_t>(logits.size()) != want) {
+      return make_error("forward: logits buffer has " + std::to_string(logits.size()) + " floats, need " +
+                        std::to_string(want));
+    }
+    for (int64_t t = 0; t < T; ++t) {
+      if (tokens[t] < 0 || tokens[t] >= V) {
+        return make_error("forward: token id " + std::to_string(tokens[t]) + " outside the vocabulary (0.." +
+                          std::to_string(V - 1) + ")");
+      }
+      if (positions[t] < 0) return make_error("forward: negative position " + std::to_string(positions[t]));
+    }
+    const int64_t first_new = committed_ + provisional_;
+    if (first_new + T > capacity_) {
+      return make_error("forward: KV cache full (" + std::to_string(first_new) + " + " + std::to_string(T) +
+                        " rows > capacity " + std::to_string(capacity_) + ")");
+    }
+    if (auto ok = b.ensure_scratch(T); !ok) return ok;
+    provisional_ += T;
+
+    cudaStream_t s = b.stream;
+    std::memcpy(b.host_ids, tokens.data(), T * 4);
+    std::memcpy(b.host_ids + T, positions.data(), T * 4);
+    SPECULA_CUDA_TRY(cudaMemcpyAsync(b.ids.get(), b.host_ids, 2 * T * 4, cudaMemcpyHostToDevice, s), "token upload");
+    const uint8_t* mask_dev = nullptr;
+    if (mask) {
+      for (int64_t i = 0; i < T; ++i) std::memcpy(b.host_mask + i * T, mask->row(i), static_cast<size_t>(T));
+      SPECULA_CUDA_TRY(cudaMemcpyAsync(b.mask.get(), b.host_mask, T * T, cudaMemcpyHostToDevice, s), "mask upload");
+      mask_dev = b.mask.get();
+    }
+    const int32_t* tok_dev = b.ids.get();
+    const int32_t* pos_dev = b.ids.get() + T;
+    const int64_t dim = c.dim, qd = b.q_dim(), kvd = b.kv_dim(), ld = b.qkv_dim(), ffn = c.ffn_dim;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    const bool adjacent = c.rope_style == RopeStyle::AdjacentPairs;
+
+    cuda::embed_rows(b.embd.get(), tok_dev, T, dim, b.x.get(), s);
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      const GpuLayer& L = b.layers[static_cast<size_t>(l)];
+      const cuda::PagedKvLayer& kv = layers_[static_cast<size_t>(l)];
+      cuda::rmsnorm_to_bf16(b.x.get(), dim, L.attn_norm.get(), T, dim, c.rms_eps, b.xn.get(), s);
+      if (auto ok = b.gemm(L.qkv.get(), ld, dim, b.xn.get(), T, b.qkv.get(), ld, false); !ok) return ok;
+      cuda::rope_in_place(b.qkv.get(), ld, T, c.n_heads, c.n_kv_heads, c.head_dim, pos_dev, c.rope_theta, adjacent, s);
+      cuda::kv_append(kv, b.qkv.get(), ld, qd, qd + kvd, T, first_new, s);
+      cuda::kv_update_min_max(kv, first_new / B_, (first_new + T - 1) / B_ + 1, first_new + T, s);
+      cuda::attention_simple(b.qkv.get(), ld, T, c.n_heads, kv, committed_, first_new, mask_dev, scale, b.att.get(), s);
+      if (auto ok = b.gemm(L.wo.get(), dim, qd, b.att.get(), T, b.x.get(), dim, true); !ok) return ok;
+      cuda::rmsnorm_to_bf16(b.x.get(), dim, L.ffn_norm.get(), T, dim, c.rms_eps, b.xn.get(), s);
+      if (auto ok = b.gemm(L.gate_up.get(), 2 * ffn, dim, b.xn.get(), T, b.gu.get(), 2 * ffn, false); !ok) return ok;
+      cuda::swiglu_to_bf16(b.gu.get(), T, ffn, b.xn.get(), s);
+      if (auto ok = b.gemm(L.down.get(), dim, ffn, b.xn.get(), T, b.x.get(), dim, true); !ok) return ok;
+    }
+    const int64_t first_out = rows == LogitRows::All ? 0 : T - 1;
+    const int64_t n_out = T - first_out;
+    cuda::rmsnorm_to_bf16(b.x.get() + first_out * dim, dim, b.output_norm.get(), n_out, dim, c.rms_eps, b.xn.get(), s);
+    if (auto ok = b.gemm(b.output, V, dim, b.xn.get(), n_out, b.logits.get(), V, false); !ok) return ok;
+    SPECULA_CUDA_TRY(cudaGetLastError(), "kernel launch in forward");
+    SPECULA_CUDA_TRY(cudaMemcpyAsync(logits.data(), b.logits.get(), n_out * V * 4, cudaMemcpyDeviceToHost, s),
+                     "logits download");
+    // The forward's one host synchronization: the logits must be on the host.
+    SPECULA_CUDA_TRY(cudaStreamSynchronize(s), "forward");
+    return {};
+  }
+
+  Status commit(std::span<const int> keep_rows) override {
+    const auto n = static_cast<int64_t>(keep_rows.size());
+    std::vector<int32_t> rows(static_cast<size_t>(2 * n));
+    std::vector<bool> seen(static_cast<size_t>(provisional_), false);
+    for (int64_t i = 0; i < n; ++i) {
+      const int r = keep_rows[static_cast<size_t>(i)];
+      if (r < 0 || r >= provisional_ || seen[static_cast<size_t>(r)]) {
+        return make_error("commit: provisional row " + std::to_string(r) + " is out of range (0.." +
+                          std::to_string(provisional_ - 1) + ") or repeated");
+      }
+      seen[static_cast<size_t>(r)] = true;
+      rows[static_cast<size_t>(i)] = static_cast<int32_t>(committed_ + r);
+      rows[static_cast<size_t>(n + i)] = static_cast<int32_t>(committed_ + i);
+    }
+    if (n > 0) {
+      const auto& c = b_->cfg;
+      if (auto ok = move_rows_.allocate(2 * n, "commit rows"); !ok) return ok;
+      if (auto ok = move_scratch_.allocate(n * 2 * c.n_kv_heads * c.head_dim, "commit scratch"); !ok) return ok;
+      SPECULA_CUDA_TRY(cudaMemcpy(move_rows_.get(), rows.data(), rows.size() * 4, cudaMemcpyHostToDevice), "commit");
+      for (const auto& kv : layers_) {
+        cuda::kv_move_rows(kv, move_rows_.get(), move_rows_.get() + n, n, move_scratch_.get(), b_->stream);
+      }
+    }
+    return finish(n);
+  }
+
+  void commit_all() override {
+    committed_ += provisional_;
+    provisional_ = 0;
+  }
+  void rollback() override { (void)finish(0); }
+  int64_t committed() const override { return committed_; }
+  int64_t capacity() const override { return capacity_; }
+
+ private:
+  // Keeps n rows after the committed ones; block min/max is recomputed over the rows present.
+  Status finish(int64_t n) {
+    const int64_t rows = committed_ + n;
+    for (const auto& kv : layers_) cuda::kv_update_min_max(kv, committed_ / B_, (rows + B_ - 1) / B_, rows, b_->stream);
+    committed_ = rows;
+    provisional_ = 0;
+    SPECULA_CUDA_TRY(cudaGetLastError(), "KV commit");
+    SPECULA_CUDA_TRY(cudaStreamSynchronize(b_->stream), "KV commit");
+    return {};
+  }
+
+  CudaBackend::Impl* b_;
+  int64_t B_;
+  int64_t capacity_;
+  int64_t n_blocks_ = 0;
+  int64_t committed_ = 0, provisional_ = 0;
+  DeviceBuffer<bf16_bits> keys_, values_, move_scratch_;
+  DeviceBuffer<float> kmin_, kmax_;
+  DeviceBuffer<int32_t> table_, move_rows_;
+  std::vector<cuda::PagedKvLayer> layers_;
+};
+
+}  // namespace
+
+CudaBackend::CudaBackend() : impl_(std::make_unique<Impl>()) {}
+CudaBackend::~CudaBackend() = default;
+const ModelConfig& CudaBackend::config() const { return impl_->cfg; }
+std::string CudaBackend::device() const { return impl_->device_name; }
+bool CudaBackend::synthetic() const { return impl_->synthetic; }
+uint64_t CudaBackend::weight_bytes_per_token() const { return impl_->weight_bytes; }
+uint64_t CudaBackend::device_bytes() const {
+  uint64_t total = impl_->embd.bytes() + impl_->output_own.bytes() + impl_->output_norm.bytes();
+  for (const auto& L : impl_->layers) {
+    total += L.attn_norm.bytes() + L.ffn_norm.bytes() + L.qkv.bytes() + L.wo.bytes() + L.gate_up.bytes() + L.down.bytes();
+  }
+  return total;
+}
+
+Expected<std::unique_ptr<BackendSession>> CudaBackend::start(int block_size, int64_t capacity) {
+  if (block_size < 8 || block_size > 128) {
+    return make_error("CUDA backend: KV block size " + std::to_string(block_size) + " outside 8..128");
+  }
+  if (capacity <= 0) capacity = impl_->cfg.context_length;
+  if (capacity <= 0) return make_error("CUDA backend: KV capacity must be positive");
+  auto session = std::make_unique<CudaSession>(impl_.get(), block_size, capacity);
+  if (auto ok = session->init(); !ok) return ok.error();
+  return std::unique_ptr<BackendSession>(std::move(session));
+}
+
+namespace {
+// One 2-token forward, so cuBLAS's lazy setup and kernel loading stay out of the first
+// prefill's timing.
+Status warm_up(CudaBackend& backend) {
+  auto session = backend.start(16, 2);
+  if (!session) return session.error();
+  const int32_t tokens[2] = {0, 0}, positions[2] = {0, 1};
+  std::vector<float> logits(static_cast<size_t>(backend.config().vocab_size));
+  return (*session)->forward(tokens, positions, nullptr, logits, LogitRows::Last);
+}
+}  // namespace
+
+Expected<std::unique_ptr<CudaBackend>> make_cuda_backend(const Model& model, const CudaBackendOptions& options) {
+  std::unique_ptr<CudaBackend> backend(new CudaBackend());
+  if (auto ok = backend->impl_->init(options.device); !ok) return ok.error();
+  if (auto ok = backend->impl_->load(model); !ok) return ok.error();
+  if (auto ok = warm_up(*backend); !ok) return ok.error();
+  return backend;
+}
+
+Expected<std::unique_ptr<CudaBackend>> make_synthetic_cuda_backend(const ModelConfig& config, uint64_t seed,
+                                                                   const CudaBackendOptions& options) {
+  std::unique_ptr<CudaBackend> backend(new CudaBackend());
+  if (auto ok = backend->impl_->init(options.device); !ok) return ok.error();
+  if (auto ok = backend->impl_->generate_synthetic(config, seed); !ok) return ok.error();
+  if (auto ok = warm_up(*backend); !ok) return ok.error();
+  return backend;
+}
+
+#endif  // SPECULA_HAVE_CUDA
+
+}  // namespace specula

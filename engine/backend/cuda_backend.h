@@ -1,0 +1,52 @@
+#pragma once
+// TransformerBackend on one CUDA GPU: bf16 weights and KV cache, f32 residual stream and
+// accumulation, cuBLAS GEMMs (bf16 in, f32 compute and out), kernels/cuda/model_ops for the
+// rest. Built only with SPECULA_HAVE_CUDA; otherwise every entry point returns "built without
+// CUDA". One forward at a time per backend (sessions share its stream and scratch).
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine/backend/transformer_backend.h"
+
+namespace specula {
+
+struct CudaBackendOptions {
+  int device = 0;
+};
+
+// True when built with CUDA and at least one GPU is visible (never prints).
+bool cuda_gpu_available();
+
+class CudaBackend : public TransformerBackend {
+ public:
+  ~CudaBackend() override;
+  const ModelConfig& config() const override;
+  std::string name() const override { return "cuda"; }
+  std::string device() const override;
+  Expected<std::unique_ptr<BackendSession>> start(int block_size, int64_t capacity) override;
+
+  bool synthetic() const;
+  // Bytes of weights one decode step reads: every layer matrix + the output projection + norms.
+  uint64_t weight_bytes_per_token() const;
+  uint64_t device_bytes() const;  // everything allocated for weights
+
+  struct Impl;
+
+ private:
+  friend Expected<std::unique_ptr<CudaBackend>> make_cuda_backend(const Model&, const CudaBackendOptions&);
+  friend Expected<std::unique_ptr<CudaBackend>> make_synthetic_cuda_backend(const ModelConfig&, uint64_t,
+                                                                             const CudaBackendOptions&);
+  CudaBackend();
+  std::unique_ptr<Impl> impl_;
+};
+
+// Real weights: dequantized on the host, uploaded as bf16. `model` must outlive the backend.
+Expected<std::unique_ptr<CudaBackend>> make_cuda_backend(const Model& model, const CudaBackendOptions& options);
+// Random bf16 weights of `config`'s shapes, generated on the GPU (timing only).
+Expected<std::unique_ptr<CudaBackend>> make_synthetic_cuda_backend(const ModelConfig& config, uint64_t seed,
+                                                                   const CudaBackendOptions& options);
+// Shapes of a known model for --synthetic: "llama-3.1-8b".
+Expected<ModelConfig> synthetic_config(const std::string& name);
+
+}  // namespace specula

@@ -1,0 +1,57 @@
+#pragma once
+// One interface over the CPU and CUDA transformers, so generation (and later the speculative
+// loop) runs on either. A session is one sequence: its KV cache lives where the backend runs.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "engine/core/expected.h"
+#include "engine/model/cpu_transformer.h"  // AttentionMask, LogitRows, Precision
+#include "engine/model/loader.h"
+
+namespace specula {
+
+class BackendSession {
+ public:
+  virtual ~BackendSession() = default;
+  // n = tokens.size() new tokens at `positions`; their K/V become provisional rows. Each new
+  // token sees the committed rows and the new tokens `mask` allows (nullptr = causal).
+  // logits: (n, vocab) for LogitRows::All, (vocab) for Last. Same contract as
+  // CpuTransformer::forward.
+  virtual Status forward(std::span<const int32_t> tokens, std::span<const int32_t> positions,
+                         const AttentionMask* mask, std::span<float> logits, LogitRows rows) = 0;
+  // Keeps provisional rows keep_rows[0], keep_rows[1], ... (relative to the first provisional
+  // row) as the next committed rows; drops the rest.
+  virtual Status commit(std::span<const int> keep_rows) = 0;
+  virtual void commit_all() = 0;
+  virtual void rollback() = 0;
+  virtual int64_t committed() const = 0;
+  virtual int64_t capacity() const = 0;
+};
+
+class TransformerBackend {
+ public:
+  virtual ~TransformerBackend() = default;
+  virtual const ModelConfig& config() const = 0;
+  virtual std::string name() const = 0;      // "cpu" | "cuda"
+  virtual std::string device() const = 0;    // "CPU (N threads)" | "NVIDIA H100 80GB HBM3"
+  // capacity: max rows of the session's KV cache (0 = the model's context length).
+  virtual Expected<std::unique_ptr<BackendSession>> start(int block_size, int64_t capacity) = 0;
+};
+
+struct BackendOptions {
+  std::string kind = "auto";  // auto | cpu | cuda; auto = cuda when built with CUDA and a GPU is present
+  int threads = 0;            // CPU backend
+  Precision precision = Precision::Default;  // CPU backend
+};
+
+// "auto" resolved: "cuda" when this build has CUDA and a GPU is visible, else "cpu". Never prints.
+std::string resolve_backend_kind(const std::string& kind);
+bool built_with_cuda();
+
+// `model` must outlive the backend. Errors: unknown kind, "built without CUDA", "no CUDA GPU
+// found", not enough GPU memory.
+Expected<std::unique_ptr<TransformerBackend>> make_backend(const Model& model, const BackendOptions& options);
+
+}  // namespace specula

@@ -1,0 +1,285 @@
+#include "kernels/cuda/model_ops.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+namespace specula::cuda {
+namespace {
+
+__device__ __forceinline__ float bf(bf16_bits v) { return __bfloat162float(__ushort_as_bfloat16(v)); }
+__device__ __forceinline__ bf16_bits to_bf(float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__global__ void embed_kernel(const bf16_bits* __restrict__ table, const int32_t* __restrict__ tokens, int64_t dim,
+                             float* __restrict__ x) {
+  const int64_t t = blockIdx.x;
+  const bf16_bits* row = table + static_cast<int64_t>(tokens[t]) * dim;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) x[t * dim + i] = bf(row[i]);
+}
+
+// One block (256 threads) per row.
+__global__ void rmsnorm_kernel(const float* __restrict__ x, int64_t ld_x, const float* __restrict__ w, int64_t dim,
+                               float eps, bf16_bits* __restrict__ out) {
+  __shared__ float partial[32];
+  const float* row = x + blockIdx.x * ld_x;
+  float sum = 0;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) sum += row[i] * row[i];
+  sum = warp_sum(sum);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = sum;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float s = threadIdx.x < (blockDim.x >> 5) ? partial[threadIdx.x] : 0.0f;
+    s = warp_sum(s);
+    if (threadIdx.x == 0) partial[0] = s;
+  }
+  __syncthreads();
+  const float inv = rsqrtf(partial[0] / static_cast<float>(dim) + eps);
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) out[blockIdx.x * dim + i] = to_bf(row[i] * inv * w[i]);
+}
+
+__global__ void swiglu_kernel(const float* __restrict__ gu, int64_t ffn, bf16_bits* __restrict__ out) {
+  const int64_t t = blockIdx.y;
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= ffn) return;
+  const float g = gu[t * 2 * ffn + i], u = gu[t * 2 * ffn + ffn + i];
+  out[t * ffn + i] = to_bf(g / (1.0f + expf(-g)) * u);
+}
+
+// grid.x = token; threads over (head, pair).
+__global__ void rope_kernel(float* __restrict__ qkv, int64_t ld, int64_t heads, int64_t head_dim,
+                            const int32_t* __restrict__ positions, float theta, bool adjacent) {
+  const int64_t t = blockIdx.x, half = head_dim / 2;
+  float* row = qkv + t * ld;
+  const float pos = static_cast<float>(positions[t]);
+  for (int64_t k = threadIdx.x; k < heads * half; k += blockDim.x) {
+    const int64_t h = k / half, i = k % half;
+    // Same float inv_freq and angle as kernels/cpu/rope.cpp; cos/sin of the float angle in double.
+    const float inv_freq = 1.0f / powf(theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
+    const float angle = pos * inv_freq;
+    const float c = static_cast<float>(cos(static_cast<double>(angle)));
+    const float s = static_cast<float>(sin(static_cast<double>(angle)));
+    float* v = row + h * head_dim;
+    const int64_t a = adjacent ? 2 * i : i, b = adjacent ? 2 * i + 1 : i + half;
+    const float x0 = v[a], x1 = v[b];
+    v[a] = x0 * c - x1 * s;
+    v[b] = x1 * c + x0 * s;
+  }
+}
+
+__device__ __forceinline__ int64_t slot_row(const PagedKvLayer& kv, int64_t row, int64_t head) {
+  const int64_t phys = kv.block_table[row / kv.block_size];
+  return ((phys * kv.n_kv_heads + head) * kv.block_size + row % kv.block_size) * kv.head_dim;
+}
+
+// grid (T, n_kv_heads), threads over head_dim.
+__global__ void kv_append_kernel(PagedKvLayer kv, const float* __restrict__ qkv, int64_t ld, int64_t k_col,
+                                 int64_t v_col, int64_t first_row) {
+  const int64_t t = blockIdx.x, h = blockIdx.y;
+  const int64_t base = slot_row(kv, first_row + t, h);
+  const float* row = qkv + t * ld;
+  for (int64_t d = threadIdx.x; d < kv.head_dim; d += blockDim.x) {
+    kv.keys[base + d] = to_bf(row[k_col + h * kv.head_dim + d]);
+    kv.values[base + d] = to_bf(row[v_col + h * kv.head_dim + d]);
+  }
+}
+
+// grid (blocks, n_kv_heads), threads over head_dim.
+__global__ void kv_min_max_kernel(PagedKvLayer kv, int64_t block_begin, int64_t rows_present) {
+  const int64_t block = block_begin + blockIdx.x, h = blockIdx.y;
+  const int64_t first = block * kv.block_size;
+  const int64_t last = min(first + kv.block_size, rows_present);
+  if (first >= last) return;
+  const int64_t phys = kv.block_table[block];
+  const int64_t meta = (phys * kv.n_kv_heads + h) * kv.head_dim;
+  for (int64_t d = threadIdx.x; d < kv.head_dim; d += blockDim.x) {
+    float lo = INFINITY, hi = -INFINITY;
+    for (int64_t r = first; r < last; ++r) {
+      const float k = bf(kv.keys[slot_row(kv, r, h) + d]);
+      lo = fminf(lo, k);
+      hi = fmaxf(hi, k);
+    }
+    kv.key_min[meta + d] = lo;
+    kv.key_max[meta + d] = hi;
+  }
+}
+
+// grid (n, n_kv_heads); gather (to_scratch) or scatter.
+__global__ void kv_move_kernel(PagedKvLayer kv, const int32_t* __restrict__ rows, bf16_bits* __restrict__ scratch,
+                               bool to_scratch) {
+  const int64_t i = blockIdx.x, h = blockIdx.y;
+  const int64_t base = slot_row(kv, rows[i], h);
+  bf16_bits* s = scratch + (i * kv.n_kv_heads + h) * 2 * kv.head_dim;
+  for (int64_t d = threadIdx.x; d < kv.head_dim; d += blockDim.x) {
+    if (to_scratch) {
+      s[d] = kv.keys[base + d];
+      s[kv.head_dim + d] = kv.values[base + d];
+    } else {
+      kv.keys[base + d] = s[d];
+      kv.values[base + d] = s[kv.head_dim + d];
+    }
+  }
+}
+
+constexpr int kAttnWarps = 4;
+constexpr int kMaxPerLane = 8;  // head_dim ≤ 256
+
+// grid (n_heads, T), 128 threads. Each warp walks every 4th visible row with its own online
+// softmax; the four partial states merge at the end. Simple and correct, not fast: the
+// optimized tree/sparse kernels live in tree_attention.cu / sparse_attention.cu.
+__global__ void attention_kernel(const float* __restrict__ q, int64_t ld_q, int64_t T, int64_t n_heads,
+                                 PagedKvLayer kv, int64_t committed, int64_t first_new,
+                                 const uint8_t* __restrict__ mask, float scale, bf16_bits* __restrict__ out) {
+  const int64_t h = blockIdx.x, t = blockIdx.y, hd = kv.head_dim;
+  const int64_t kvh = h / (n_heads / kv.n_kv_heads);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float qr[kMaxPerLane], acc[kMaxPerLane];
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i) {
+    const int64_t d = i * 32 + lane;
+    qr[i] = d < hd ? q[t * ld_q + h * hd + d] * scale : 0.0f;
+    acc[i] = 0.0f;
+  }
+  float m = -INFINITY, l = 0.0f;
+  const int64_t total = committed + T;
+  for (int64_t idx = warp; idx < total; idx += kAttnWarps) {
+    int64_t row = idx;
+    if (idx >= committed) {
+      const int64_t j = idx - committed;
+      const bool ok = mask ? mask[t * T + j] != 0 : j <= t;
+      if (!ok) continue;
+      row = first_new + j;
+    }
+    const int64_t base = slot_row(kv, row, kvh);
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kMaxPerLane; ++i) {
+      const int64_t d = i * 32 + lane;
+      if (d < hd) s += qr[i] * bf(kv.keys[base + d]);
+    }
+    s = warp_sum(s);
+    const float m_new = fmaxf(m, s);
+    const float corr = expf(m - m_new), p = expf(s - m_new);
+    l = l * corr + p;
+#pragma unroll
+    for (int i = 0; i < kMaxPerLane; ++i) {
+      const int64_t d = i * 32 + lane;
+      if (d < hd) acc[i] = acc[i] * corr + p * bf(kv.values[base + d]);
+    }
+    m = m_new;
+  }
+  __shared__ float sm_m[kAttnWarps], sm_l[kAttnWarps];
+  __shared__ float sm_acc[kAttnWarps][kMaxPerLane * 32];
+  if (lane == 0) {
+    sm_m[warp] = m;
+    sm_l[warp] = l;
+  }
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i) sm_acc[warp][i * 32 + lane] = acc[i];
+  __syncthreads();
+  float m_all = -INFINITY;
+  for (int w = 0; w < kAttnWarps; ++w) m_all = fmaxf(m_all, sm_m[w]);
+  float weights[kAttnWarps], denom = 0.0f;
+  for (int w = 0; w < kAttnWarps; ++w) {
+    weights[w] = sm_m[w] == -INFINITY ? 0.0f : expf(sm_m[w] - m_all);
+    denom += weights[w] * sm_l[w];
+  }
+  for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
+    float v = 0.0f;
+    for (int w = 0; w < kAttnWarps; ++w) v += weights[w] * sm_acc[w][d];
+    out[t * n_heads * hd + h * hd + d] = to_bf(denom > 0.0f ? v / denom : 0.0f);
+  }
+}
+
+__device__ __forceinline__ uint64_t mix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+__global__ void fill_uniform_kernel(bf16_bits* out, int64_t n, uint64_t seed, float scale) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const uint64_t r = mix64(seed ^ mix64(static_cast<uint64_t>(i)));
+    const float u = static_cast<float>(r >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+    out[i] = to_bf((2.0f * u - 1.0f) * scale);
+  }
+}
+
+__global__ void fill_f32_kernel(float* out, int64_t n, float value) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    out[i] = value;
+  }
+}
+
+unsigned grid_for(int64_t n, int threads) {
+  const int64_t blocks = (n + threads - 1) / threads;
+  return static_cast<unsigned>(blocks < 65536 ? (blocks > 0 ? blocks : 1) : 65536);
+}
+
+}  // namespace
+
+void embed_rows(const bf16_bits* table, const int32_t* tokens, int64_t T, int64_t dim, float* x, cudaStream_t stream) {
+  embed_kernel<<<static_cast<unsigned>(T), 256, 0, stream>>>(table, tokens, dim, x);
+}
+
+void rmsnorm_to_bf16(const float* x, int64_t ld_x, const float* weight, int64_t T, int64_t dim, float eps,
+                     bf16_bits* out, cudaStream_t stream) {
+  rmsnorm_kernel<<<static_cast<unsigned>(T), 256, 0, stream>>>(x, ld_x, weight, dim, eps, out);
+}
+
+void swiglu_to_bf16(const float* gu, int64_t T, int64_t ffn, bf16_bits* out, cudaStream_t stream) {
+  swiglu_kernel<<<dim3(static_cast<unsigned>((ffn + 255) / 256), static_cast<unsigned>(T)), 256, 0, stream>>>(gu, ffn,
+                                                                                                             out);
+}
+
+void rope_in_place(float* qkv, int64_t ld, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                   const int32_t* positions, float theta, bool adjacent, cudaStream_t stream) {
+  rope_kernel<<<static_cast<unsigned>(T), 256, 0, stream>>>(qkv, ld, n_heads + n_kv_heads, head_dim, positions, theta,
+                                                            adjacent);
+}
+
+void kv_append(const PagedKvLayer& kv, const float* qkv, int64_t ld, int64_t k_col, int64_t v_col, int64_t T,
+               int64_t first_row, cudaStream_t stream) {
+  kv_append_kernel<<<dim3(static_cast<unsigned>(T), static_cast<unsigned>(kv.n_kv_heads)), 128, 0, stream>>>(
+      kv, qkv, ld, k_col, v_col, first_row);
+}
+
+void kv_update_min_max(const PagedKvLayer& kv, int64_t block_begin, int64_t block_end, int64_t rows_present,
+                       cudaStream_t stream) {
+  if (block_end <= block_begin) return;
+  kv_min_max_kernel<<<dim3(static_cast<unsigned>(block_end - block_begin), static_cast<unsigned>(kv.n_kv_heads)), 128,
+                      0, stream>>>(kv, block_begin, rows_present);
+}
+
+void kv_move_rows(const PagedKvLayer& kv, const int32_t* from, const int32_t* to, int64_t n, bf16_bits* scratch,
+                  cudaStream_t stream) {
+  if (n <= 0) return;
+  const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(kv.n_kv_heads));
+  kv_move_kernel<<<grid, 128, 0, stream>>>(kv, from, scratch, true);
+  kv_move_kernel<<<grid, 128, 0, stream>>>(kv, to, scratch, false);
+}
+
+void attention_simple(const float* q, int64_t ld_q, int64_t T, int64_t n_heads, const PagedKvLayer& kv,
+                      int64_t committed, int64_t first_new, const uint8_t* mask, float scale, bf16_bits* out,
+                      cudaStream_t stream) {
+  attention_kernel<<<dim3(static_cast<unsigned>(n_heads), static_cast<unsigned>(T)), kAttnWarps * 32, 0, stream>>>(
+      q, ld_q, T, n_heads, kv, committed, first_new, mask, scale, out);
+}
+
+void fill_uniform_bf16(bf16_bits* out, int64_t n, uint64_t seed, float scale, cudaStream_t stream) {
+  fill_uniform_kernel<<<grid_for(n, 256), 256, 0, stream>>>(out, n, seed, scale);
+}
+
+void fill_f32(float* out, int64_t n, float value, cudaStream_t stream) {
+  fill_f32_kernel<<<grid_for(n, 256), 256, 0, stream>>>(out, n, value);
+}
+
+}  // namespace specula::cuda

@@ -1,0 +1,63 @@
+#pragma once
+// Element-wise and normalization kernels of the llama-family forward pass on the GPU, plus the
+// paged KV cache writes (keys, values, per-block key min/max). Host-callable from plain C++:
+// no CUDA headers here; bf16 tensors travel as uint16_t (the bit pattern of __nv_bfloat16).
+// Every launch is asynchronous on `stream`; callers check cudaGetLastError.
+#include <cstdint>
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace specula::cuda {
+
+using bf16_bits = uint16_t;
+
+// One layer of a paged KV cache. Physical block p of KV head h holds, for rows r in [0, B):
+// keys[((p·n_kv_heads + h)·B + r)·head_dim + d] (bf16), likewise values, and
+// key_min/key_max[(p·n_kv_heads + h)·head_dim + d] (f32, over the rows present).
+// block_table maps a sequence's logical block to its physical block (device memory).
+struct PagedKvLayer {
+  bf16_bits* keys = nullptr;
+  bf16_bits* values = nullptr;
+  float* key_min = nullptr;
+  float* key_max = nullptr;
+  const int32_t* block_table = nullptr;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t block_size = 16;
+};
+
+// x[t] = table[tokens[t]] as f32. table: (vocab, dim) bf16; x: (T, dim).
+void embed_rows(const bf16_bits* table, const int32_t* tokens, int64_t T, int64_t dim, float* x, cudaStream_t stream);
+// out[t] = bf16(x[t] / rms(x[t]) · weight). x: (T, dim) f32 with row stride ld_x.
+void rmsnorm_to_bf16(const float* x, int64_t ld_x, const float* weight, int64_t T, int64_t dim, float eps,
+                     bf16_bits* out, cudaStream_t stream);
+// out[t, i] = bf16(silu(gu[t, i]) · gu[t, ffn + i]). gu: (T, 2·ffn) f32; out: (T, ffn).
+void swiglu_to_bf16(const float* gu, int64_t T, int64_t ffn, bf16_bits* out, cudaStream_t stream);
+// RoPE in place on the first n_heads + n_kv_heads heads of each row of qkv (Q heads then K
+// heads, head_dim each, row stride ld). adjacent: pairs (2i, 2i+1), else (i, i + head_dim/2).
+void rope_in_place(float* qkv, int64_t ld, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                   const int32_t* positions, float theta, bool adjacent, cudaStream_t stream);
+// Writes rows first_row..first_row+T-1 of kv from qkv (K at column k_col, V at v_col).
+void kv_append(const PagedKvLayer& kv, const float* qkv, int64_t ld, int64_t k_col, int64_t v_col, int64_t T,
+               int64_t first_row, cudaStream_t stream);
+// Recomputes key_min/key_max of logical blocks [block_begin, block_end) over rows < rows_present.
+void kv_update_min_max(const PagedKvLayer& kv, int64_t block_begin, int64_t block_end, int64_t rows_present,
+                       cudaStream_t stream);
+// Copies n rows: from[i] -> to[i] (row indices on the device), via scratch (n, 2·n_kv·head_dim)
+// bf16, so sources may overlap destinations.
+void kv_move_rows(const PagedKvLayer& kv, const int32_t* from, const int32_t* to, int64_t n, bf16_bits* scratch,
+                  cudaStream_t stream);
+
+// Attention of T new tokens, one (token, query head) per thread block, online softmax in f32.
+// q: row t at q + t·ld_q, heads of head_dim. Token t sees KV rows [0, committed) and new rows
+// first_new + j for j allowed by mask (T×T uint8, row-major; nullptr = causal j ≤ t).
+// out: (T, n_heads·head_dim) bf16. head_dim ≤ 256 and even.
+void attention_simple(const float* q, int64_t ld_q, int64_t T, int64_t n_heads, const PagedKvLayer& kv,
+                      int64_t committed, int64_t first_new, const uint8_t* mask, float scale, bf16_bits* out,
+                      cudaStream_t stream);
+
+// Deterministic pseudo-random fill (hash of seed and index): uniform in [-scale, scale).
+void fill_uniform_bf16(bf16_bits* out, int64_t n, uint64_t seed, float scale, cudaStream_t stream);
+void fill_f32(float* out, int64_t n, float value, cudaStream_t stream);
+
+}  // namespace specula::cuda

@@ -1,0 +1,220 @@
+// kernels/cuda/model_ops against plain CPU references on random inputs (fresh seed per run).
+#include <gtest/gtest.h>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/model_ops.h"
+
+namespace specula::cuda {
+namespace {
+
+float bf_round(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+float bf_value(uint16_t bits) { return __bfloat162float(__ushort_as_bfloat16(bits)); }
+
+template <class T>
+T* upload(const std::vector<T>& h) {
+  T* d = nullptr;
+  EXPECT_EQ(cudaMalloc(&d, std::max<size_t>(1, h.size()) * sizeof(T)), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  return d;
+}
+template <class T>
+std::vector<T> download(const T* d, size_t n) {
+  std::vector<T> h(n);
+  EXPECT_EQ(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+  return h;
+}
+
+class ModelOpsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (device_count() == 0) {
+      std::puts("skipped: no GPU");
+      GTEST_SKIP() << "skipped: no GPU";
+    }
+    seed_ = std::random_device{}();
+    std::printf("seed %u\n", seed_);
+    rng_.seed(seed_);
+  }
+  std::vector<float> random(size_t n, float scale = 1.0f) {
+    std::uniform_real_distribution<float> u(-scale, scale);
+    std::vector<float> v(n);
+    for (auto& x : v) x = u(rng_);
+    return v;
+  }
+  unsigned seed_ = 0;
+  std::mt19937 rng_;
+};
+
+TEST_F(ModelOpsTest, RmsNormSwiGluRopeMatchCpu) {
+  const int64_t T = 5, dim = 576, ffn = 1536, heads = 9, kv_heads = 3, hd = 64;
+  auto x = random(T * dim, 3.0f), w = random(dim, 1.5f);
+  float* dx = upload(x);
+  float* dw = upload(w);
+  uint16_t* dout = nullptr;
+  ASSERT_EQ(cudaMalloc(&dout, T * ffn * 2), cudaSuccess);
+  rmsnorm_to_bf16(dx, dim, dw, T, dim, 1e-5f, dout, nullptr);
+  auto out = download(dout, T * dim);
+  double worst = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    double ss = 0;
+    for (int64_t i = 0; i < dim; ++i) ss += double(x[t * dim + i]) * x[t * dim + i];
+    const double inv = 1.0 / std::sqrt(ss / dim + 1e-5);
+    for (int64_t i = 0; i < dim; ++i) {
+      const double ref = x[t * dim + i] * inv * w[i];
+      worst = std::max(worst, std::abs(bf_value(out[t * dim + i]) - ref) / (std::abs(ref) + 1e-3));
+    }
+  }
+  EXPECT_LT(worst, 8e-3) << "rmsnorm";
+
+  auto gu = random(T * 2 * ffn, 4.0f);
+  float* dgu = upload(gu);
+  swiglu_to_bf16(dgu, T, ffn, dout, nullptr);
+  out = download(dout, T * ffn);
+  worst = 0;
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < ffn; ++i) {
+      const double g = gu[t * 2 * ffn + i], u = gu[t * 2 * ffn + ffn + i];
+      const double ref = g / (1 + std::exp(-g)) * u;
+      worst = std::max(worst, std::abs(bf_value(out[t * ffn + i]) - ref) / (std::abs(ref) + 1e-3));
+    }
+  EXPECT_LT(worst, 8e-3) << "swiglu";
+
+  for (bool adjacent : {true, false}) {
+    const int64_t ld = (heads + 2 * kv_heads) * hd;
+    auto q = random(T * ld, 2.0f);
+    std::vector<int32_t> positions = {0, 7, 100, 4095, 12345};
+    float* dq = upload(q);
+    int32_t* dpos = upload(positions);
+    rope_in_place(dq, ld, T, heads, kv_heads, hd, dpos, 10000.0f, adjacent, nullptr);
+    auto got = download(dq, T * ld);
+    worst = 0;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < heads + 2 * kv_heads; ++h)
+        for (int64_t i = 0; i < hd / 2; ++i) {
+          const int64_t a = adjacent ? 2 * i : i, b = adjacent ? 2 * i + 1 : i + hd / 2;
+          const int64_t base = t * ld + h * hd;
+          double ra = q[base + a], rb = q[base + b];
+          if (h < heads + kv_heads) {
+            const double ang = positions[t] * std::pow(10000.0, -2.0 * i / hd);
+            ra = q[base + a] * std::cos(ang) - q[base + b] * std::sin(ang);
+            rb = q[base + b] * std::cos(ang) + q[base + a] * std::sin(ang);
+          }
+          worst = std::max({worst, std::abs(got[base + a] - ra), std::abs(got[base + b] - rb)});
+        }
+    // float angle = pos · inv_freq in f32: ~1e-3 absolute at position 12345.
+    EXPECT_LT(worst, 1e-2) << "rope adjacent=" << adjacent;
+    cudaFree(dq);
+    cudaFree(dpos);
+  }
+  cudaFree(dx);
+  cudaFree(dw);
+  cudaFree(dgu);
+  cudaFree(dout);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+// Paged KV (shuffled block table) + append + min/max + masked attention against a CPU
+// reference over the bf16-rounded keys and values.
+TEST_F(ModelOpsTest, PagedAppendMinMaxAndMaskedAttentionMatchCpu) {
+  const int64_t kv_heads = 2, group = 3, heads = kv_heads * group, hd = 128, B = 16;
+  const int64_t committed = 37, T = 6, blocks = 4;
+  const int64_t ld = (heads + 2 * kv_heads) * hd, qd = heads * hd, kvd = kv_heads * hd;
+  std::vector<int32_t> table = {2, 0, 3, 1};
+  std::vector<uint16_t> poison(blocks * kv_heads * B * hd, 0x7fc0);  // NaN
+  PagedKvLayer kv;
+  kv.keys = upload(poison);
+  kv.values = upload(poison);
+  std::vector<float> meta(blocks * kv_heads * hd, NAN);
+  kv.key_min = upload(meta);
+  kv.key_max = upload(meta);
+  kv.block_table = upload(table);
+  kv.n_kv_heads = kv_heads;
+  kv.head_dim = hd;
+  kv.block_size = B;
+  // Committed rows then T new rows, written as two appends.
+  const int64_t rows = committed + T;
+  auto all = random(rows * ld, 1.5f);
+  float* dall = upload(all);
+  kv_append(kv, dall, ld, qd, qd + kvd, committed, 0, nullptr);
+  kv_append(kv, dall + committed * ld, ld, qd, qd + kvd, T, committed, nullptr);
+  kv_update_min_max(kv, 0, (rows + B - 1) / B, rows, nullptr);
+  std::vector<uint8_t> mask(T * T);
+  std::bernoulli_distribution coin(0.5);
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t j = 0; j < T; ++j) mask[i * T + j] = (i == j) || coin(rng_);
+  uint8_t* dmask = upload(mask);
+  uint16_t* dout = nullptr;
+  ASSERT_EQ(cudaMalloc(&dout, T * qd * 2), cudaSuccess);
+  const float scale = 1.0f / std::sqrt(float(hd));
+  const float* q = dall + committed * ld;
+  for (bool use_mask : {true, false}) {
+    attention_simple(q, ld, T, heads, kv, committed, committed, use_mask ? dmask : nullptr, scale, dout, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    auto out = download(dout, T * qd);
+    double num = 0, den = 0;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < heads; ++h) {
+        const int64_t g = h / group;
+        std::vector<double> s;
+        std::vector<int64_t> idx;
+        for (int64_t r = 0; r < committed + T; ++r) {
+          if (r >= committed) {
+            const int64_t j = r - committed;
+            if (use_mask ? !mask[t * T + j] : j > t) continue;
+          }
+          double d = 0;
+          for (int64_t k = 0; k < hd; ++k)
+            d += double(all[(committed + t) * ld + h * hd + k]) * scale * bf_round(all[r * ld + qd + g * hd + k]);
+          s.push_back(d);
+          idx.push_back(r);
+        }
+        const double m = *std::max_element(s.begin(), s.end());
+        double z = 0;
+        for (auto& v : s) z += (v = std::exp(v - m));
+        for (int64_t k = 0; k < hd; ++k) {
+          double ref = 0;
+          for (size_t n = 0; n < s.size(); ++n) ref += s[n] / z * bf_round(all[idx[n] * ld + qd + kvd + g * hd + k]);
+          const double got = bf_value(out[t * qd + h * hd + k]);
+          num += (got - ref) * (got - ref);
+          den += ref * ref;
+        }
+      }
+    const double err = std::sqrt(num / den);
+    std::printf("attention (mask=%d) rel L2 %.2e\n", use_mask, err);
+    EXPECT_LT(err, 1e-2);
+  }
+  // Block min/max over the rows present, per (block, head, dim).
+  auto kmin = download(kv.key_min, meta.size()), kmax = download(kv.key_max, meta.size());
+  for (int64_t b = 0; b * B < rows; ++b)
+    for (int64_t g = 0; g < kv_heads; ++g)
+      for (int64_t k = 0; k < hd; ++k) {
+        float lo = INFINITY, hi = -INFINITY;
+        for (int64_t r = b * B; r < std::min(rows, (b + 1) * B); ++r) {
+          lo = std::min(lo, bf_round(all[r * ld + qd + g * hd + k]));
+          hi = std::max(hi, bf_round(all[r * ld + qd + g * hd + k]));
+        }
+        const int64_t m = (table[b] * kv_heads + g) * hd + k;
+        ASSERT_EQ(kmin[m], lo) << "block " << b;
+        ASSERT_EQ(kmax[m], hi) << "block " << b;
+      }
+  cudaFree(kv.keys);
+  cudaFree(kv.values);
+  cudaFree(kv.key_min);
+  cudaFree(kv.key_max);
+  cudaFree(const_cast<int32_t*>(kv.block_table));
+  cudaFree(dall);
+  cudaFree(dmask);
+  cudaFree(dout);
+}
+
+}  // namespace
+}  // namespace specula::cuda
