@@ -172,8 +172,12 @@ std::vector<EvalItem> make_passkey_items(const PasskeyOptions& options, const To
            " is the pass key.\n" + filler_after + "\n" + kPasskeyQuestion;
   };
   const int64_t fixed = count_tokens(build(0, 0, 12345));
-  const int64_t unit = std::max<int64_t>(1, count_tokens(kPasskeyFiller));
-  const int64_t repeats = std::max<int64_t>(0, (options.context_tokens - fixed) / unit);
+  // Tokens per filler repetition, averaged over several: BPE may merge across the boundary.
+  constexpr int kProbe = 16;
+  std::string probe;
+  for (int i = 0; i < kProbe; ++i) probe += kPasskeyFiller;
+  const double unit = std::max(1.0, static_cast<double>(count_tokens(probe)) / kProbe);
+  const auto repeats = std::max<int64_t>(0, static_cast<int64_t>(static_cast<double>(options.context_tokens - fixed) / unit));
   std::vector<EvalItem> items;
   for (int i = 0; i < options.items; ++i) {
     const int key = passkey_value(options.seed, i);
