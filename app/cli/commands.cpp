@@ -59,6 +59,8 @@ Expected<std::string> read_prompt(const GenerateArgs& args) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+}  // namespace
+
 Expected<Model> load(const std::string& spec) {
   const auto path = resolve_model_path(spec);
   std::error_code ec;
@@ -68,11 +70,10 @@ Expected<Model> load(const std::string& spec) {
   return load_model(path);
 }
 
-std::string default_accept(const SpeculationArgs& spec, float temperature) {
+static std::string default_accept(const SpeculationArgs& spec, float temperature) {
   return spec.accept ? *spec.accept : (temperature > 0 ? "sample" : "greedy");
 }
 
-// Everything about the speculation flags that can be checked before a model is loaded.
 Status check_speculation_flags(const SpeculationArgs& spec, float temperature) {
   static const char* const kDrafters[] = {"none", "ngram", "layerskip", "model"};
   if (std::find(std::begin(kDrafters), std::end(kDrafters), spec.drafter) == std::end(kDrafters)) {
@@ -90,7 +91,6 @@ Status check_speculation_flags(const SpeculationArgs& spec, float temperature) {
   return Status::success();
 }
 
-// nullptr for --drafter none.
 Expected<std::unique_ptr<Drafter>> make_drafter(const SpeculationArgs& spec, const Model& target, int threads,
                                                 int kv_block_size) {
   if (spec.drafter == "ngram") return make_ngram_drafter({spec.ngram_n, spec.ngram_min, spec.ngram_max_length});
@@ -118,6 +118,8 @@ SpeculativeOptions speculative_options(const SpeculationArgs& spec, int max_toke
   o.controller.enabled = !spec.no_controller;
   return o;
 }
+
+namespace {
 
 // The metrics of plain generate(): one target pass per token, nothing drafted.
 SpeculativeMetrics plain_metrics(const GenerateResult& r) {

@@ -2,8 +2,14 @@
 // specula-cli subcommands. Each returns the process exit code and prints its own errors as
 // one line on stderr: "specula-cli: <what failed, and where>".
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+
+#include "engine/core/expected.h"
+#include "engine/model/loader.h"
+#include "engine/spec/drafters.h"
+#include "engine/spec/speculative.h"
 
 namespace specula::cli {
 
@@ -49,6 +55,17 @@ struct SpecbenchArgs {
   std::optional<std::string> out;  // also write the JSON report here
   SpeculationArgs spec;
 };
+
+// Shared by the subcommand files (eval_commands.cpp, ...).
+// A model argument: a path, or "default" (with a hint when it is not downloaded).
+Expected<Model> load(const std::string& spec);
+// Everything about the speculation flags that can be checked before a model is loaded.
+Status check_speculation_flags(const SpeculationArgs& spec, float temperature);
+// nullptr for --drafter none.
+Expected<std::unique_ptr<Drafter>> make_drafter(const SpeculationArgs& spec, const Model& target, int threads,
+                                                int kv_block_size);
+SpeculativeOptions speculative_options(const SpeculationArgs& spec, int max_tokens, const SamplingParams& sampling,
+                                       int kv_block_size);
 
 int run_generate(const GenerateArgs& args);
 int run_specbench(const SpecbenchArgs& args);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "app/cli/commands.h"
+#include "app/cli/eval_commands.h"
 
 namespace {
 
@@ -84,6 +85,8 @@ int main(int argc, char** argv) {
   specbench->add_option("--out", bench.out, "Also write the JSON report to this file");
   add_speculation_flags(specbench, bench.spec);
 
+  const specula::cli::EvalCommand eval(app, add_speculation_flags);
+
   std::string inspect_model;
   auto* inspect = app.add_subcommand("inspect", "Print architecture, hyper-parameters, tokenizer and tensor table");
   inspect->add_option("model", inspect_model, "GGUF file, Hugging Face directory, or 'default'")->required();
@@ -117,6 +120,7 @@ int main(int argc, char** argv) {
       return specula::cli::run_generate(gen);
     }
     if (*specbench) return specula::cli::run_specbench(bench);
+    if (eval.chosen()) return eval.run();
     if (*inspect) return specula::cli::run_inspect(inspect_model);
     if (*tokenize) return specula::cli::run_tokenize(tok_model, tok_text, !tok_no_special);
   } catch (const std::exception& e) {
