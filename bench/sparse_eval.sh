@@ -6,6 +6,7 @@
 #   bench/sparse_eval.sh OUT.json [BUILD_DIR] [LIMIT] [CONFIG...]     (CONFIG default: strict)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
+invocation="bench/sparse_eval.sh $*"
 out="${1:?usage: bench/sparse_eval.sh OUT.json [BUILD_DIR] [LIMIT] [CONFIG...]}"
 build="${2:-$root/build}"
 limit="${3:-3}"
@@ -16,7 +17,6 @@ cli="$build/bin/specula-cli"
 data="$root/../shared/data"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-invocation="bench/sparse_eval.sh $*"
 commit="$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)"
 if [[ -n "$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null)" ]]; then commit="$commit-dirty"; fi
 
