@@ -137,21 +137,44 @@ Expected<std::vector<EvalItem>> load_gsm8k(const std::string& path, int limit, i
 }
 
 Expected<std::vector<EvalItem>> load_specbench(const std::string& path, int limit, int max_tokens) {
-  auto rows = read_jsonl(path, limit, "Spec-Bench");
+  auto rows = read_jsonl(path, 0, "Spec-Bench");
   if (!rows) return rows.error();
-  std::vector<EvalItem> items;
+  // Categories in order of first appearance, each with its items in file order.
+  std::vector<std::vector<EvalItem>> by_category;
+  std::vector<std::string> names;
   for (const auto& row : *rows) {
     if (!row.contains("category") || !row["category"].is_string() || !row.contains("turns") ||
         !row["turns"].is_array() || row["turns"].empty() || !row["turns"][0].is_string()) {
       return make_error(where(path, row) + ": expected {\"category\": \"...\", \"turns\": [\"...\"]}");
     }
+    const std::string category = row["category"].get<std::string>();
+    const auto index = static_cast<size_t>(std::find(names.begin(), names.end(), category) - names.begin());
+    if (index == names.size()) {
+      names.push_back(category);
+      by_category.emplace_back();
+    }
+    auto& bucket = by_category[index];
     EvalItem item;
-    const std::string qid = row.contains("question_id") ? row["question_id"].dump() : std::to_string(items.size());
-    item.id = "specbench:" + row["category"].get<std::string>() + ":" + qid;
+    const std::string qid = row.contains("question_id") ? row["question_id"].dump() : std::to_string(row["__line"].get<int>());
+    item.id = "specbench:" + category + ":" + qid;
     item.prompt = row["turns"][0].get<std::string>();
     item.chat = true;
     item.max_tokens = max_tokens;
-    items.push_back(std::move(item));
+    bucket.push_back(std::move(item));
+  }
+  // Round-robin over the categories, so a --limit sample covers them all rather than the
+  // first category of the file.
+  std::vector<EvalItem> items;
+  const size_t want = limit > 0 ? static_cast<size_t>(limit) : rows->size();
+  for (size_t round = 0; items.size() < want; ++round) {
+    bool any = false;
+    for (auto& bucket : by_category) {
+      if (round < bucket.size() && items.size() < want) {
+        items.push_back(std::move(bucket[round]));
+        any = true;
+      }
+    }
+    if (!any) break;
   }
   return items;
 }

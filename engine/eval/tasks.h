@@ -43,7 +43,8 @@ struct EvalItem {
 // Token count of a text under the model's tokenizer (no BOS); builders size contexts with it.
 using TokenCounter = std::function<int64_t(std::string_view)>;
 
-// limit: items to keep from the start of the file (0 = all).
+// limit: items to keep (0 = all): GSM8K's first ones; Spec-Bench's round-robin over its
+// categories (the first of each category in file order, then the second, ...).
 Expected<std::vector<EvalItem>> load_gsm8k(const std::string& path, int limit, int max_tokens = 256);
 Expected<std::vector<EvalItem>> load_specbench(const std::string& path, int limit, int max_tokens = 128);
 

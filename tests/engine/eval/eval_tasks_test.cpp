@@ -61,12 +61,17 @@ TEST(EvalTasks, LoadsGsm8kDevSet) {
 TEST(EvalTasks, LoadsSpecbenchDevSet) {
   const auto path = (kData / "specbench-dev.jsonl").string();
   if (!fs::exists(path)) GTEST_SKIP() << "skipped: " << path << " not present";
-  auto items = load_specbench(path, 2);
+  auto items = load_specbench(path, 15);
   ASSERT_TRUE(items) << items.error().message;
-  ASSERT_EQ(items->size(), 2u);
+  ASSERT_EQ(items->size(), 15u);
   EXPECT_EQ((*items)[0].id, "specbench:writing:81");
   EXPECT_THAT((*items)[0].prompt, HasSubstr("Hawaii"));
   EXPECT_TRUE((*items)[0].reference.empty());
+  // Round-robin: the first item of each of the 13 categories, then the second ones.
+  EXPECT_EQ((*items)[1].id, "specbench:roleplay:91");
+  EXPECT_EQ((*items)[12].id, "specbench:rag:481");
+  EXPECT_EQ((*items)[13].id, "specbench:writing:82");
+  EXPECT_EQ((*items)[14].id, "specbench:roleplay:92");
   auto all = load_specbench(path, 0);
   ASSERT_TRUE(all);
   EXPECT_EQ(all->size(), 240u);
