@@ -187,7 +187,7 @@ int run_eval(const EvalArgs& args) {
                         {"drafter", *drafter ? (*drafter)->name() : std::string("none")},
                         {"tree", base.tree.to_string()},
                         {"accept", "greedy"},
-                        {"controller", base.controller.enabled},
+                        {"controller", false},  // make_engine_runner speculates every round
                         {"context", args.context},
                         {"kv_block_size", args.kv_block_size},
                         {"threads", engine.transformer().threads()}};

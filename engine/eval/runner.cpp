@@ -183,6 +183,9 @@ ItemRunner make_engine_runner(SpeculativeEngine& engine, Drafter* drafter, Engin
     o.max_tokens = item.max_tokens;
     o.sampling = SamplingParams{};  // greedy: strict and configured runs are comparable token by token
     o.accept = "greedy";
+    // The break-even controller switches on measured times, so two runs of one item would
+    // speculate in different rounds and their accepted lengths would differ by timing noise.
+    o.controller.enabled = false;
     const auto start = std::chrono::steady_clock::now();
     auto result = engine.generate(prompt, drafter, o, nullptr);
     if (!result) return result.error();

@@ -96,7 +96,8 @@ int64_t dense_kv_bytes_read(int64_t prompt_tokens, std::span<const RoundRecord> 
 // per_item: include each item's texts, scores and agreement.
 nlohmann::json to_json(const EvalReport& report, bool per_item);
 
-// Greedy runs on `engine` with `drafter` (may be null): the strict run with `strict`, the
+// Greedy runs on `engine` with `drafter` (may be null), speculating every round (no break-even
+// controller, whose timing-driven choices would differ between runs): the strict run with `strict`, the
 // configured one with `configured`. kv_bytes_read, when given, replaces the dense count for the
 // configured run (a sparse policy knows which blocks it read).
 struct EngineRunnerOptions {
