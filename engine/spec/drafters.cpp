@@ -53,9 +53,7 @@ class NgramDrafter final : public Drafter {
       }
       if (next.empty()) continue;
       DraftDistribution q(static_cast<size_t>(*std::max_element(next.begin(), next.end())) + 1, 0.0f);
-      // Counts first, one division after: summing 1/N N times in float can exceed 1.
-      for (int32_t t : next) q[static_cast<size_t>(t)] += 1.0f;
-      for (float& p : q) p /= static_cast<float>(next.size());
+      for (int32_t t : next) q[static_cast<size_t>(t)] += 1.0f / static_cast<float>(next.size());
       return q;
     }
     return DraftDistribution(1, 0.0f);
