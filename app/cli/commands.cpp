@@ -74,6 +74,7 @@ static std::string default_accept(const SpeculationArgs& spec, float temperature
   return spec.accept ? *spec.accept : (temperature > 0 ? "sample" : "greedy");
 }
 
+// Everything about the speculation flags that can be checked before a model is loaded.
 Status check_speculation_flags(const SpeculationArgs& spec, float temperature) {
   static const char* const kDrafters[] = {"none", "ngram", "layerskip", "model"};
   if (std::find(std::begin(kDrafters), std::end(kDrafters), spec.drafter) == std::end(kDrafters)) {
@@ -91,6 +92,7 @@ Status check_speculation_flags(const SpeculationArgs& spec, float temperature) {
   return Status::success();
 }
 
+// nullptr for --drafter none.
 Expected<std::unique_ptr<Drafter>> make_drafter(const SpeculationArgs& spec, const Model& target, int threads,
                                                 int kv_block_size) {
   if (spec.drafter == "ngram") return make_ngram_drafter({spec.ngram_n, spec.ngram_min, spec.ngram_max_length});
