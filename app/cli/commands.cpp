@@ -80,6 +80,8 @@ std::string default_accept(const SpeculationArgs& spec, float temperature) {
   return spec.accept ? *spec.accept : (temperature > 0 ? "sample" : "greedy");
 }
 
+}  // namespace
+
 // Everything about the speculation flags that can be checked before a model is loaded.
 Status check_speculation_flags(const SpeculationArgs& spec, float temperature) {
   static const char* const kDrafters[] = {"none", "ngram", "layerskip", "model"};
@@ -147,6 +149,8 @@ SpeculativeOptions speculative_options(const SpeculationArgs& spec, int max_toke
   o.controller.enabled = !spec.no_controller;
   return o;
 }
+
+namespace {
 
 // The metrics of plain generate(): one target pass per token, nothing drafted.
 SpeculativeMetrics plain_metrics(const GenerateResult& r) {

@@ -2,12 +2,18 @@
 // specula-cli subcommands. Each returns the process exit code and prints its own errors as
 // one line on stderr: "specula-cli: <what failed, and where>".
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/core/expected.h"
 #include "engine/model/loader.h"
+
+#include "engine/core/expected.h"
+#include "engine/model/loader.h"
+#include "engine/spec/drafters.h"
+#include "engine/spec/speculative.h"
 
 namespace specula::cli {
 
@@ -72,6 +78,15 @@ struct BenchItem {
 Expected<std::vector<BenchItem>> read_specbench(const std::string& path, int limit);
 // A model by path, HF directory or "default".
 Expected<Model> load(const std::string& spec);
+// Everything about the speculation flags that can be checked before a model is loaded.
+Status check_speculation_flags(const SpeculationArgs& spec, float temperature);
+// nullptr for --drafter none.
+Expected<std::unique_ptr<Drafter>> make_drafter(const SpeculationArgs& spec, const Model& target, int threads,
+                                                int kv_block_size);
+SpeculativeOptions speculative_options(const SpeculationArgs& spec, int max_tokens, const SamplingParams& sampling,
+                                       int kv_block_size);
+// --sparse / --sparse-config, checked against the model (calibration files included).
+Expected<SparseConfig> sparse_config(const SpeculationArgs& spec, const Model& model);
 
 int run_generate(const GenerateArgs& args);
 int run_specbench(const SpecbenchArgs& args);

@@ -8,6 +8,7 @@
 #include "app/cli/commands.h"
 #include "app/cli/profiler_commands.h"
 #include "app/cli/sparse_commands.h"
+#include "app/cli/eval_commands.h"
 
 namespace {
 
@@ -108,6 +109,8 @@ int main(int argc, char** argv) {
   specbench->add_option("--out", bench.out, "Also write the JSON report to this file");
   add_speculation_flags(specbench, bench.spec);
 
+  const specula::cli::EvalCommand eval(app, add_speculation_flags);
+
   std::string inspect_model;
   auto* inspect = app.add_subcommand("inspect", "Print architecture, hyper-parameters, tokenizer and tensor table");
   inspect->add_option("model", inspect_model, "GGUF file, Hugging Face directory, or 'default'")->required();
@@ -146,6 +149,7 @@ int main(int argc, char** argv) {
     if (auto code = profiler_commands.run()) return *code;
     if (auto code = sparse_commands.run()) return *code;
     if (*specbench) return specula::cli::run_specbench(bench);
+    if (eval.chosen()) return eval.run();
     if (*inspect) return specula::cli::run_inspect(inspect_model);
     if (*tokenize) return specula::cli::run_tokenize(tok_model, tok_text, !tok_no_special);
   } catch (const std::exception& e) {
