@@ -1,6 +1,8 @@
 #include "app/cli/backend_commands.h"
 
 #include <cstdio>
+
+#include "app/cli/commands.h"
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -15,11 +17,6 @@
 
 namespace specula::cli {
 namespace {
-
-int fail(const std::string& message) {
-  std::fprintf(stderr, "specula-cli: %s\n", message.c_str());
-  return 1;
-}
 
 Expected<std::string> prompt_text(const GenerateArgs& args) {
   if (args.prompt) return *args.prompt;

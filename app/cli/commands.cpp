@@ -48,10 +48,6 @@ void finish_stream(Utf8Stream& stream, const GenerateTimings& t) {
                t.prefill_tokens_per_s(), t.decode_tokens, t.decode_tokens_per_s());
 }
 
-int fail(const std::string& message) {
-  std::fprintf(stderr, "specula-cli: %s\n", message.c_str());
-  return 1;
-}
 
 Expected<std::string> read_prompt(const GenerateArgs& args) {
   if (args.prompt) return *args.prompt;
@@ -64,6 +60,11 @@ Expected<std::string> read_prompt(const GenerateArgs& args) {
 }
 
 }  // namespace
+
+int fail(const std::string& message) {
+  std::fprintf(stderr, "specula-cli: %s\n", message.c_str());
+  return 1;
+}
 
 Expected<Model> load(const std::string& spec) {
   const auto path = resolve_model_path(spec);

@@ -76,6 +76,8 @@ struct BenchItem {
   std::string prompt;
 };
 Expected<std::vector<BenchItem>> read_specbench(const std::string& path, int limit);
+// Prints "specula-cli: <message>" as one line on stderr and returns the exit code 1.
+int fail(const std::string& message);
 // A model by path, HF directory or "default".
 Expected<Model> load(const std::string& spec);
 // Everything about the speculation flags that can be checked before a model is loaded.

@@ -1,6 +1,8 @@
 #include "app/cli/eval_commands.h"
 
 #include <cstdio>
+
+#include "app/cli/commands.h"
 #include <filesystem>
 #include <fstream>
 
@@ -11,11 +13,6 @@
 
 namespace specula::cli {
 namespace {
-
-int fail(const std::string& message) {
-  std::fprintf(stderr, "specula-cli: %s\n", message.c_str());
-  return 1;
-}
 
 std::string dump(const nlohmann::json& j, int indent = -1) {
   return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);

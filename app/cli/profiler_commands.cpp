@@ -1,6 +1,8 @@
 #include "app/cli/profiler_commands.h"
 
 #include <cstdio>
+
+#include "app/cli/commands.h"
 #include <filesystem>
 
 #include "profiler/nsys_import.h"
@@ -9,15 +11,6 @@
 #include "profiler/session_store.h"
 
 namespace specula::cli {
-namespace {
-
-int fail(const std::string& message) {
-  std::fprintf(stderr, "specula-cli: %s\n", message.c_str());
-  return 1;
-}
-
-}  // namespace
-
 ProfilerCommands::ProfilerCommands(CLI::App& app) {
   export_ = app.add_subcommand("export", "Export a recorded session: Perfetto trace JSON or CSV tables");
   export_->add_option("session", session_, "Session database (.sqlite)")->required();

@@ -9,15 +9,6 @@
 #include "engine/spec/speculative.h"
 
 namespace specula::cli {
-namespace {
-
-int fail(const std::string& message) {
-  std::fprintf(stderr, "specula-cli: %s\n", message.c_str());
-  return 1;
-}
-
-}  // namespace
-
 SparseCommands::SparseCommands(CLI::App& app) {
   calibrate_ = app.add_subcommand("calibrate", "Pick sparse-verification anchor layers from calibration prompts");
   calibrate_->add_option("--model,-m", model_, "Model (GGUF, HF directory or 'default')")->capture_default_str();
