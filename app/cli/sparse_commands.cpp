@@ -63,6 +63,13 @@ std::optional<int> SparseCommands::run() const {
   c.model_sha256 = *sha;
   c.n_layers = n_layers;
   c.jaccard_prev = similarity.mean_jaccard_prev();
+  // Anchors picked from layers that were never compared would be noise: refuse instead.
+  for (int l = 1; l < n_layers; ++l) {
+    if (c.jaccard_prev[static_cast<size_t>(l)] < 0) {
+      return fail("calibrate: layer " + std::to_string(l) + " never dropped a block (the contexts are too short for " +
+                  "the budget: more than " + std::to_string(3 * block_size_) + " tokens are needed); use longer prompts");
+    }
+  }
   c.anchors = pick_anchors(c.jaccard_prev, anchors_);
   c.settings = {{"data", data_}, {"prompts", items->size()}, {"rounds", similarity.rounds()},
                 {"eta", eta_}, {"kv_block_size", block_size_}, {"max_tokens", max_tokens_}};

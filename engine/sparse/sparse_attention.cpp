@@ -34,6 +34,7 @@ SparseSelection::SparseSelection(const SparseConfig& config, const KvCache& kv, 
   nb_ = (committed_ + B - 1) / B;
   k_ = kept_blocks(cfg_, committed_, static_cast<int>(B));
   active_ = cfg_.attention && committed_ > 0 && k_ < nb_;
+  if (!active_) return;  // dense: only the byte counts are needed (strict runs take this path every step)
   if (static_cast<int64_t>(order.size()) == rows) {
     order_.assign(order.begin(), order.end());
   } else {
@@ -45,8 +46,8 @@ SparseSelection::SparseSelection(const SparseConfig& config, const KvCache& kv, 
   scores_.assign(H, std::vector<float>(static_cast<size_t>(nb_)));
 }
 
-std::vector<int32_t> SparseSelection::select_one(int layer, int64_t h, const float* q_group, int64_t n_q) const {
-  std::vector<float>& scores = const_cast<std::vector<float>&>(scores_[static_cast<size_t>(h)]);
+std::vector<int32_t> SparseSelection::select_one(int layer, int64_t h, const float* q_group, int64_t n_q) {
+  std::vector<float>& scores = scores_[static_cast<size_t>(h)];
   const int64_t hd = kv_.config().head_dim;
   for (int64_t b = 0; b < nb_; ++b) {
     scores[static_cast<size_t>(b)] = quest_bound(q_group, n_q, hd, kv_.key_min(layer, h, b), kv_.key_max(layer, h, b));

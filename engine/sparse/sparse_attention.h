@@ -55,7 +55,7 @@ class SparseSelection {
   void count_dense_layer();
 
  private:
-  std::vector<int32_t> select_one(int layer, int64_t h, const float* q_group, int64_t n_q) const;
+  std::vector<int32_t> select_one(int layer, int64_t h, const float* q_group, int64_t n_q);
   void observe(int layer, bool reuse, int anchor);
 
   const SparseConfig& cfg_;

@@ -157,9 +157,10 @@ int64_t kept_blocks(const SparseConfig& c, int64_t context_len, int block_size) 
   const int64_t B = block_size;
   const int64_t total = (context_len + B - 1) / B;
   if (!c.attention || context_len < c.dense_below) return total;
-  const int64_t floor_blocks = (c.dense_below + B - 1) / B;
-  const auto eta_blocks = static_cast<int64_t>(std::ceil(c.eta * static_cast<double>(context_len) / static_cast<double>(B)));
-  return std::min(total, std::max({floor_blocks, eta_blocks, int64_t{c.sink_blocks} + c.local_blocks}));
+  const double kept_tokens =
+      static_cast<double>(c.dense_below) + c.eta * static_cast<double>(context_len - c.dense_below);
+  const auto k = static_cast<int64_t>(std::ceil(kept_tokens / static_cast<double>(B)));
+  return std::min(total, std::max<int64_t>(k, int64_t{c.sink_blocks} + c.local_blocks));
 }
 
 }  // namespace specula

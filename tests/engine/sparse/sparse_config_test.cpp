@@ -56,9 +56,11 @@ TEST(SparseConfig, PiecewiseBudget) {
   c.eta = 0.2;
   EXPECT_EQ(kept_blocks(c, 1000, 16), 63) << "below L_b: every block";
   EXPECT_EQ(kept_blocks(c, 1024, 16), 64) << "at L_b: still every block (continuous)";
-  EXPECT_EQ(kept_blocks(c, 2048, 16), 64) << "eta·L/B = 25.6 < L_b/B = 64";
-  EXPECT_EQ(kept_blocks(c, 8192, 16), 103) << "ceil(0.2 · 8192 / 16) = 103 of 512";
-  EXPECT_EQ(kept_blocks(c, 65536, 16), 820);
+  EXPECT_EQ(kept_blocks(c, 2048, 16), 77) << "ceil((1024 + 0.2 · 1024) / 16) = ceil(76.8)";
+  EXPECT_EQ(kept_blocks(c, 8192, 16), 154) << "ceil((1024 + 0.2 · 7168) / 16) = ceil(153.6) of 512";
+  EXPECT_EQ(kept_blocks(c, 65536, 16), 871) << "tends to a fraction eta of the blocks";
+  c.dense_below = 0;
+  EXPECT_EQ(kept_blocks(c, 160, 16), 3) << "never below sink + local";
   EXPECT_EQ(kept_blocks(*sparse_preset("strict"), 65536, 16), 4096) << "strict drops nothing";
 }
 
