@@ -23,7 +23,6 @@ SparseSelection::SparseSelection(const SparseConfig& config, const KvCache& kv, 
                                  std::span<const int32_t> order, Observer* observer, int64_t round, SparseStats* stats)
     : cfg_(config),
       kv_(kv),
-      n_heads_(n_heads),
       group_(n_heads / kv.config().n_kv_heads),
       rows_(rows),
       observer_(observer),

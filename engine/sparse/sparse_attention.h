@@ -60,7 +60,7 @@ class SparseSelection {
 
   const SparseConfig& cfg_;
   const KvCache& kv_;
-  int n_heads_, group_;
+  int group_;  // query heads per KV head
   int64_t rows_, nb_ = 0, k_ = 0, committed_ = 0;
   std::vector<int32_t> order_;
   Observer* observer_;
