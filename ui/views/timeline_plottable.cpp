@@ -1,5 +1,6 @@
 #include "ui/views/timeline_plottable.h"
 
+#include <cmath>
 #include <functional>
 
 #include "ui/views/plot_theme.h"
@@ -17,6 +18,7 @@ constexpr double kLabelPx = 36.0;    // spans wider than this get their name wri
 TimelinePlottable::TimelinePlottable(QCPAxis* key_axis, QCPAxis* value_axis, const TimelineModel* model)
     : QCPAbstractPlottable(key_axis, value_axis) {
   setSelectable(QCP::stNone);
+  setAntialiased(false);  // bars are pixel-aligned rectangles; antialiasing only costs time
   setModel(model);
 }
 
@@ -96,9 +98,10 @@ void TimelinePlottable::draw(QCPPainter* painter) {
     last_rects_ += static_cast<int64_t>(scratch_.size());
     const auto& spans = tracks[t].spans;
     for (const TimelineRect& r : scratch_) {
-      const QRectF box(r.x0, top, std::max(1.0, r.x1 - r.x0), height);
-      if (r.span < 0) {
-        painter->fillRect(box, QBrush(merged, Qt::Dense4Pattern));
+      const QRectF box(std::floor(r.x0), std::floor(top), std::max(1.0, std::ceil(r.x1) - std::floor(r.x0)),
+                       std::ceil(height));
+      if (r.span < 0) {  // a merged run: a flat grey (pattern brushes cost several ms per replot)
+        painter->fillRect(box, merged);
         continue;
       }
       const int32_t name = spans[static_cast<size_t>(r.span)].name;
