@@ -65,6 +65,13 @@ TimelineModel make_timeline(int64_t kernels, int streams, std::vector<std::strin
   return TimelineModel::from_lanes(std::move(lanes), names);
 }
 
+std::string load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -129,6 +136,7 @@ int main(int argc, char** argv) {
       {"commit", commit},
       {"host", specula::bench::host_info()},
       {"device", "CPU, offscreen Qt platform (software raster)"},
+      {"loadavg", load_average()},  // the 2 cores are shared with other builds: context for the figures
       {"spans", model.span_count()},
       {"kernels", spans},
       {"streams", streams},
