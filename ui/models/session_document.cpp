@@ -18,6 +18,7 @@ bool SessionDocument::open(const QString& path, QString* error) {
 
 void SessionDocument::setData(std::shared_ptr<const SessionData> data) {
   data_ = std::move(data);
+  tokens_ = data_ ? TokenText::for_session(*data_) : nullptr;
   layer_ = -1;
   round_ = -1;
   // Start on the first round that drafted something (the tree view is the first thing shown).
@@ -35,6 +36,10 @@ void SessionDocument::setData(std::shared_ptr<const SessionData> data) {
 }
 
 QString SessionDocument::path() const { return data_ ? QString::fromStdString(data_->path) : QString(); }
+
+QString SessionDocument::tokenText(int32_t id) const {
+  return tokens_ ? QString::fromStdString(tokens_->display(id)) : QStringLiteral("#%1").arg(id);
+}
 
 int SessionDocument::roundIndex() const {
   if (!data_) return -1;

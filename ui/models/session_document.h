@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "ui/models/session_data.h"
+#include "ui/models/token_text.h"
 
 namespace specula::ui {
 
@@ -21,6 +22,8 @@ class SessionDocument : public QObject {
   const SessionData* data() const { return data_.get(); }
   std::shared_ptr<const SessionData> sharedData() const { return data_; }
   QString path() const;
+  // Token text from the session's model when it is on this machine, else "#id".
+  QString tokenText(int32_t id) const;
 
   qint64 round() const { return round_; }
   int roundIndex() const;  // position of round() in data()->rounds, or -1
@@ -38,6 +41,7 @@ class SessionDocument : public QObject {
 
  private:
   std::shared_ptr<const SessionData> data_;
+  std::shared_ptr<const TokenText> tokens_;
   qint64 round_ = -1;
   int layer_ = -1;
 };

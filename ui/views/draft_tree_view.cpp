@@ -23,17 +23,18 @@ constexpr double kColumn = 110;  // px between depths
 constexpr double kRow = 34;      // px between leaf rows
 constexpr double kNodeW = 78, kNodeH = 24;
 
-QString node_tooltip(const TreeNodeLayout& n) {
+QString node_tooltip(const TreeNodeLayout& n, const QString& text) {
   if (n.node < 0) return QObject::tr("committed context (the round starts here)");
   QString status = n.accepted ? QObject::tr("accepted") : n.visited ? QObject::tr("rejected") : QObject::tr("not visited");
-  QString text = QObject::tr("node %1, token %2, depth %3\ndraft p = %4")
+  QString tip = QObject::tr("node %1, token %2 (%3), depth %4\ndraft p = %5")
                      .arg(n.node)
                      .arg(n.token)
+                     .arg(text)
                      .arg(n.depth)
                      .arg(static_cast<double>(n.draft_prob), 0, 'f', 4);
-  text += n.target_prob >= 0 ? QObject::tr("\ntarget p = %1").arg(static_cast<double>(n.target_prob), 0, 'f', 4)
-                             : QObject::tr("\ntarget p = (not computed)");
-  return text + "\n" + status;
+  tip += n.target_prob >= 0 ? QObject::tr("\ntarget p = %1").arg(static_cast<double>(n.target_prob), 0, 'f', 4)
+                            : QObject::tr("\ntarget p = (not computed)");
+  return tip + "\n" + status;
 }
 
 // Refits the tree whenever the view itself changes size (the panel's resize comes before its
@@ -152,11 +153,17 @@ void DraftTreeView::rebuild() {
     return;
   }
   layout_ = layout_draft_tree(nodes->second);
-  caption_->setText(tr("round %1 of %2: %3 nodes, accepted %4, context %5")
+  QString next;
+  if (round->next_token >= 0) {
+    next = tr(", then %1 (%2)")
+               .arg(document_->tokenText(round->next_token), round->bonus ? tr("bonus") : tr("target's token"));
+  }
+  caption_->setText(tr("round %1 of %2: %3 nodes, %4 accepted%5, context %6")
                         .arg(round->round)
                         .arg(data.rounds.back().round)
                         .arg(nodes->second.size())
-                        .arg(round->accepted_length)
+                        .arg(round->accepted_length - 1)
+                        .arg(next)
                         .arg(round->context_len));
   const QColor fg = p.color(QPalette::WindowText);
   const QColor good = accepted_colour(p), bad = rejected_colour(p), dim = dim_colour(p);
@@ -174,8 +181,11 @@ void DraftTreeView::rebuild() {
     QColor fill = edge;
     fill.setAlpha(n.on_accepted_path ? 90 : 35);
     auto* item = scene_->addRect(box, QPen(edge, n.on_accepted_path ? 2.5 : 1.0), fill);
-    item->setToolTip(node_tooltip(n));
-    auto* label = scene_->addSimpleText(n.node < 0 ? tr("context") : QString::number(n.token));
+    const QString token = n.node < 0 ? QString() : document_->tokenText(n.token);
+    item->setToolTip(node_tooltip(n, token));
+    QString shown = n.node < 0 ? tr("context") : token;
+    if (shown.size() > 10) shown = shown.left(9) + QChar(0x2026);
+    auto* label = scene_->addSimpleText(shown);
     QColor text_colour = fg;
     if (!n.on_accepted_path && !n.visited) text_colour.setAlpha(120);
     label->setBrush(text_colour);

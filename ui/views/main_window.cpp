@@ -54,7 +54,20 @@ QPalette dark_palette() {
 
 }  // namespace
 
-MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), system_palette_(QApplication::palette()) {
+// The application's palette and style before any window changed them: what "follow the
+// system" returns to.
+static const QPalette& system_palette() {
+  static const QPalette palette = QApplication::palette();
+  return palette;
+}
+static const QString& system_style() {
+  static const QString name = QApplication::style()->name();
+  return name;
+}
+
+MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
+  (void)system_palette();  // capture both before setTheme below
+  (void)system_style();
   setWindowTitle(tr("Specula"));
   resize(1400, 900);
   setDockNestingEnabled(true);
@@ -242,7 +255,10 @@ void MainWindow::rebuildRecentMenu() {
 void MainWindow::setTheme(Theme theme) {
   theme_ = theme;
   switch (theme) {
-    case Theme::kSystem: QApplication::setPalette(system_palette_); break;
+    case Theme::kSystem:
+      if (QApplication::style()->name() != system_style()) QApplication::setStyle(system_style());
+      QApplication::setPalette(system_palette());
+      break;
     case Theme::kLight:
       QApplication::setStyle(QStyleFactory::create(QStringLiteral("Fusion")));
       QApplication::setPalette(QApplication::style()->standardPalette());

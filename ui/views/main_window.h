@@ -7,7 +7,6 @@
 // QSettings. Generation runs on a worker thread (ui/live/generation_worker.h); the window never
 // blocks.
 #include <QMainWindow>
-#include <QPalette>
 
 class QDockWidget;
 class QMenu;
@@ -66,7 +65,6 @@ class MainWindow : public QMainWindow {
   QMenu* recent_menu_ = nullptr;
   QMenu* view_menu_ = nullptr;
   Theme theme_ = Theme::kSystem;
-  QPalette system_palette_;
 };
 
 }  // namespace specula::ui

@@ -9,6 +9,7 @@
 
 #include "../ui_session_fixture.h"
 #include "ui/models/session_files.h"
+#include "ui/models/token_text.h"
 #include "ui/models/timeline_model.h"
 
 namespace specula::ui {
@@ -105,6 +106,42 @@ TEST(SessionFiles, CopyReopensWithTheSameContents) {
   EXPECT_EQ(summary->rounds, testing::kFixtureRounds);
   EXPECT_EQ(summary->kernels, 0);
   EXPECT_EQ(summary->status, "finished");
+}
+
+}  // namespace
+}  // namespace specula::ui
+
+namespace specula::ui {
+namespace {
+
+TEST(TokenText, MakesSpacesAndBadBytesVisible) {
+  EXPECT_EQ(visible_token(" Monday"), "\u2423Monday");
+  EXPECT_EQ(visible_token("a\nb\t"), "a\u21B5b\u21E5");
+  EXPECT_EQ(visible_token("\xE2\x82"), "<0xE2><0x82>");  // half a UTF-8 sequence
+  EXPECT_EQ(visible_token("\xC3\xA9t\xC3\xA9"), "\xC3\xA9t\xC3\xA9");
+}
+
+TEST(TokenText, IdsWithoutTheModel) {
+  SessionData data;
+  data.info.config_json = R"({"model": "/nonexistent/model.gguf"})";
+  const auto text = TokenText::for_session(data);
+  EXPECT_EQ(text->display(42), "#42");
+  EXPECT_EQ(text->source(), "");
+}
+
+// The committed real session names the default model; when it is here, its rounds' tokens
+// decode to the text the run printed (the prompt lists the days of the week).
+TEST(TokenText, RealSessionDecodesWithTheDefaultModel) {
+  auto data = load_session_data(SPECULA_TEST_DATA_DIR "/sessions/real-ngram-hybrid.sqlite");
+  ASSERT_TRUE(data) << data.error().message;
+  const auto text = TokenText::for_session(*data);
+  if (text->source().empty()) GTEST_SKIP() << "skipped: default model not downloaded";
+  std::string all;
+  for (const auto& r : data->rounds) {
+    for (int32_t id : r.tokens) all += text->display(id);
+  }
+  EXPECT_NE(all.find("Monday"), std::string::npos) << all;
+  EXPECT_NE(all.find("\u2423Tuesday"), std::string::npos) << all;
 }
 
 }  // namespace
