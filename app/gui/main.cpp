@@ -5,7 +5,6 @@
 // Bad input gets one line on stderr and exit status 2 in that mode, a dialog otherwise.
 #include <QApplication>
 #include <QCommandLineParser>
-#include <QDockWidget>
 #include <QRegularExpression>
 #include <cstdio>
 #include <memory>
@@ -132,16 +131,6 @@ int main(int argc, char** argv) {
   if (parser.isSet(session)) {
     if (window.openSession(parser.value(session)) && round_id) window.document()->setRound(*round_id);
   }
-  if (kind) {
-    const char* dock = *kind == specula::ui::SessionViewKind::kTree       ? "treeDock"
-                       : *kind == specula::ui::SessionViewKind::kSchedule ? "scheduleDock"
-                       : *kind == specula::ui::SessionViewKind::kExperts  ? "expertsDock"
-                       : *kind == specula::ui::SessionViewKind::kTimeline ? "timelineDock"
-                                                                          : "heatmapDock";
-    if (QDockWidget* d = window.dock(QString::fromLatin1(dock))) {
-      d->show();
-      d->raise();
-    }
-  }
+  if (kind) window.showView(*kind);
   return QApplication::exec();
 }

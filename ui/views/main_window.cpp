@@ -14,9 +14,11 @@
 #include <QStatusBar>
 #include <QStyle>
 #include <QStyleFactory>
+#include <memory>
 
 #include "ui/models/session_document.h"
 #include "ui/models/session_files.h"
+#include "ui/views/compare_window.h"
 #include "ui/views/draft_tree_view.h"
 #include "ui/views/experts_view.h"
 #include "ui/views/heatmap_view.h"
@@ -147,6 +149,14 @@ void MainWindow::buildMenus() {
       else statusBar()->showMessage(tr("Saved a copy: %1").arg(to));
     });
   }
+  QAction* compare = file->addAction(tr("&Compare with..."));
+  compare->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_C));
+  connect(compare, &QAction::triggered, this, [this] {
+    if (!document_->isOpen()) return statusBar()->showMessage(tr("Open a session first, then compare it with another."));
+    const QString path = QFileDialog::getOpenFileName(this, tr("Compare with"), QFileInfo(document_->path()).path(),
+                                                      tr(kSessionFilter));
+    if (!path.isEmpty()) compareWith(path);
+  });
   QAction* open_prompts = file->addAction(tr("Open &prompts..."));
   open_prompts->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_P));
   connect(open_prompts, &QAction::triggered, this, [this] {
@@ -219,6 +229,26 @@ bool MainWindow::openSession(const QString& path, QString* error, bool quiet) {
   return true;
 }
 
+CompareWindow* MainWindow::compareWith(const QString& path, QString* error, bool quiet) {
+  if (!document_->isOpen()) return nullptr;
+  auto right = std::make_unique<SessionDocument>();
+  QString reason;
+  if (!right->open(path, &reason)) {
+    if (error != nullptr) *error = reason;
+    if (!quiet) QMessageBox::critical(this, tr("Cannot open the session"), reason);
+    return nullptr;
+  }
+  // The left side gets its own document over the same data, so its round moves on its own.
+  auto left = std::make_unique<SessionDocument>();
+  left->setData(document_->sharedData());
+  auto* window = new CompareWindow(left.get(), right.get());
+  left.release()->setParent(window);
+  right.release()->setParent(window);
+  window->setAttribute(Qt::WA_DeleteOnClose);
+  window->show();
+  return window;
+}
+
 bool MainWindow::exportSession(const QString& to, QString* error) {
   if (!document_->isOpen()) {
     if (error != nullptr) *error = tr("no session is open");
@@ -227,6 +257,29 @@ bool MainWindow::exportSession(const QString& to, QString* error) {
   const Status s = export_session_copy(document_->path().toStdString(), to.toStdString());
   if (!s && error != nullptr) *error = QString::fromStdString(s.error().message);
   return s.ok();
+}
+
+void MainWindow::showView(SessionViewKind kind) {
+  QString name = QStringLiteral("heatmapDock");
+  switch (kind) {
+    case SessionViewKind::kTree: name = QStringLiteral("treeDock"); break;
+    case SessionViewKind::kSchedule: name = QStringLiteral("scheduleDock"); break;
+    case SessionViewKind::kExperts: name = QStringLiteral("expertsDock"); break;
+    case SessionViewKind::kTimeline: name = QStringLiteral("timelineDock"); break;
+    case SessionViewKind::kHeatmapDistance:
+    case SessionViewKind::kHeatmapLayers:
+    case SessionViewKind::kHeatmapBlocks:
+      if (auto* heatmap = findChild<HeatmapView*>()) {
+        heatmap->setMode(kind == SessionViewKind::kHeatmapDistance ? HeatmapView::Mode::kDistance
+                         : kind == SessionViewKind::kHeatmapLayers ? HeatmapView::Mode::kLayers
+                                                                   : HeatmapView::Mode::kBlocks);
+      }
+      break;
+  }
+  if (QDockWidget* d = dock(name)) {
+    d->show();
+    d->raise();
+  }
 }
 
 QStringList MainWindow::recentSessions() const {

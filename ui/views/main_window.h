@@ -8,11 +8,14 @@
 // blocks.
 #include <QMainWindow>
 
+#include "ui/views/session_views.h"
+
 class QDockWidget;
 class QMenu;
 
 namespace specula::ui {
 
+class CompareWindow;
 class RunPanel;
 class SessionBrowser;
 class SessionDocument;
@@ -38,7 +41,10 @@ class MainWindow : public QMainWindow {
   // reason in *error.
   bool openSession(const QString& path, QString* error = nullptr, bool quiet = false);
   bool exportSession(const QString& to, QString* error = nullptr);
+  // Opens path beside the current session in a new window (deleted on close), or nullptr.
+  CompareWindow* compareWith(const QString& path, QString* error = nullptr, bool quiet = false);
   QStringList recentSessions() const;
+  void showView(SessionViewKind kind);  // shows and raises the view's dock (heatmaps: the mode too)
   void setTheme(Theme theme);
   Theme theme() const { return theme_; }
 

@@ -12,7 +12,10 @@
 #include "../ui_session_fixture.h"
 #include "ui/models/session_data.h"
 #include "ui/models/session_document.h"
+#include "ui/views/compare_window.h"
+#include "ui/views/draft_tree_view.h"
 #include "ui/views/main_window.h"
+#include "ui/views/schedule_view.h"
 #include "ui/views/run_panel.h"
 #include "ui/views/session_browser.h"
 
@@ -122,6 +125,32 @@ TEST_F(MainWindowSessions, BrowserListsSessionsAndMarksUnreadableOnes) {
   QStringList paths{browser->pathAt(0), browser->pathAt(1)};
   EXPECT_TRUE(paths.contains(QFileInfo(fixture_).absoluteFilePath()));
   EXPECT_TRUE(paths.contains(QFileInfo(bad).absoluteFilePath()));
+}
+
+TEST_F(MainWindowSessions, ComparesTwoSessionsSideBySide) {
+  MainWindow window;
+  QString error;
+  EXPECT_EQ(window.compareWith(fixture_, &error, true), nullptr);  // nothing open yet
+  ASSERT_TRUE(window.openSession(fixture_, nullptr, true));
+  const QString real = QStringLiteral(SPECULA_TEST_DATA_DIR "/sessions/real-ngram-hybrid.sqlite");
+  EXPECT_EQ(window.compareWith(dir_.filePath("missing.sqlite"), &error, true), nullptr);
+  EXPECT_TRUE(error.contains("missing.sqlite")) << error.toStdString();
+  std::unique_ptr<CompareWindow> compare(window.compareWith(real, &error, true));
+  ASSERT_NE(compare, nullptr) << error.toStdString();
+  compare->setAttribute(Qt::WA_DeleteOnClose, false);
+  auto* left = qobject_cast<DraftTreeView*>(compare->leftView());
+  auto* right = qobject_cast<DraftTreeView*>(compare->rightView());
+  ASSERT_TRUE(left != nullptr && right != nullptr);
+  // Linked rounds move together by position; the main window's document stays where it was.
+  const qint64 main_round = window.document()->round();
+  auto docs = compare->findChildren<SessionDocument*>();
+  ASSERT_EQ(docs.size(), 2);
+  docs[0]->setRoundIndex(3);
+  EXPECT_EQ(docs[1]->roundIndex(), 3);
+  EXPECT_EQ(window.document()->round(), main_round);
+  compare->setView(SessionViewKind::kSchedule);
+  EXPECT_NE(qobject_cast<ScheduleView*>(compare->leftView()), nullptr);
+  EXPECT_NE(qobject_cast<ScheduleView*>(compare->rightView()), nullptr);
 }
 
 }  // namespace
