@@ -6,10 +6,12 @@ namespace specula::ui {
 
 QString format_duration(double ns) {
   const double a = std::fabs(ns);
-  if (a >= 1e9) return QStringLiteral("%1 s").arg(ns / 1e9, 0, 'f', 3);
-  if (a >= 1e6) return QStringLiteral("%1 ms").arg(ns / 1e6, 0, 'f', 3);
-  if (a >= 1e3) return QStringLiteral("%1 µs").arg(ns / 1e3, 0, 'f', 2);
-  return QStringLiteral("%1 ns").arg(ns, 0, 'f', 0);
+  // Four significant digits, no trailing zeros: "250 µs", "1.5 ms", "2.204 s".
+  const auto fmt = [](double v, const char* unit) { return QString::number(v, 'g', 4) + QString::fromUtf8(unit); };
+  if (a >= 1e9) return fmt(ns / 1e9, " s");
+  if (a >= 1e6) return fmt(ns / 1e6, " ms");
+  if (a >= 1e3) return fmt(ns / 1e3, " µs");
+  return fmt(ns, " ns");
 }
 
 RangeStatsModel::RangeStatsModel(QObject* parent) : QAbstractTableModel(parent) {}

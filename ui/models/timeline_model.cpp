@@ -31,7 +31,10 @@ TimelineModel TimelineModel::from_session(const SessionData& data) {
     const auto& r = data.nvtx[i];
     if (r.end < r.start) continue;
     auto [it, inserted] = phase_lane.try_emplace(r.global_tid, lanes.size());
-    if (inserted) lanes.push_back({"phases (thread " + std::to_string(r.global_tid) + ")", SpanKind::kPhase, {}});
+    if (inserted) {
+      // nsys packs (pid << 24) | tid into globalTid (profiler::nsys_global_tid).
+      lanes.push_back({"phases (thread " + std::to_string(r.global_tid & 0xFFFFFF) + ")", SpanKind::kPhase, {}});
+    }
     lanes[it->second].spans.push_back({r.start, r.end, intern(r.text), static_cast<int32_t>(i)});
   }
   std::map<std::pair<int32_t, int32_t>, size_t> stream_lane;  // (device, stream) -> lane

@@ -16,6 +16,15 @@
 #include "ui/views/timeline_plottable.h"
 
 namespace specula::ui {
+namespace {
+
+// Key axis ticks are microseconds; labels say "250 µs", "1.500 ms" as the zoom asks.
+class DurationTicker : public QCPAxisTicker {
+ protected:
+  QString getTickLabel(double tick, const QLocale&, QChar, int) override { return format_duration(tick * 1000.0); }
+};
+
+}  // namespace
 
 TimelineView::TimelineView(SessionDocument* document, QWidget* parent)
     : QWidget(parent),
@@ -33,7 +42,8 @@ TimelineView::TimelineView(SessionDocument* document, QWidget* parent)
   plottable_ = new TimelinePlottable(plot_->xAxis, plot_->yAxis, model_.get());
   plot_->yAxis->setRangeReversed(true);
   plot_->yAxis->grid()->setVisible(false);
-  plot_->xAxis->setLabel(tr("time since the first span (µs)"));
+  plot_->xAxis->setTicker(QSharedPointer<DurationTicker>::create());
+  plot_->xAxis->setLabel(tr("time since the first span"));
   plot_->setNoAntialiasingOnDrag(true);
   range_item_ = new QCPItemRect(plot_);
   range_item_->setVisible(false);

@@ -142,3 +142,28 @@ TEST(TimelineModel, KernelStatisticsOfARange) {
 
 }  // namespace
 }  // namespace specula::ui
+
+#include "ui/models/range_stats_model.h"
+
+namespace specula::ui {
+namespace {
+
+TEST(RangeStatsModel, FormatsDurationsAndSortsByRawValues) {
+  EXPECT_EQ(format_duration(830), "830 ns");
+  EXPECT_EQ(format_duration(250'000), "250 µs");
+  EXPECT_EQ(format_duration(1'500'000), "1.5 ms");
+  EXPECT_EQ(format_duration(2'204'000'000.0), "2.204 s");
+  RangeStatsModel model;
+  model.setStats({{"void gemm<128>(float*)", 3, 6000, 2000, 0.6}, {"softmax", 1, 500, 500, 0.05}}, 0, 10'000);
+  ASSERT_EQ(model.rowCount(), 2);
+  EXPECT_EQ(model.columnCount(), RangeStatsModel::kColumns);
+  EXPECT_EQ(model.data(model.index(0, RangeStatsModel::kName)).toString(), "gemm");
+  EXPECT_EQ(model.data(model.index(0, RangeStatsModel::kName), Qt::UserRole).toString(), "void gemm<128>(float*)");
+  EXPECT_EQ(model.data(model.index(0, RangeStatsModel::kTotal)).toString(), "6 µs");
+  EXPECT_EQ(model.data(model.index(0, RangeStatsModel::kTotal), Qt::UserRole).toLongLong(), 6000);
+  EXPECT_EQ(model.data(model.index(0, RangeStatsModel::kShare)).toString(), "60.0 %");
+  EXPECT_EQ(model.data(model.index(1, RangeStatsModel::kCount), Qt::UserRole).toLongLong(), 1);
+}
+
+}  // namespace
+}  // namespace specula::ui
