@@ -207,6 +207,49 @@ TEST_F(SessionViews, TimelineClickShowsKernelDetailsAndZoomKeepsTheAnchor) {
   EXPECT_GT(view.plottable()->lastRectCount(), 0);
 }
 
+// The gestures themselves, as mouse events on the plot: right drag marks a range, the wheel
+// zooms around the cursor, a left drag pans.
+TEST_F(SessionViews, TimelineMouseGestures) {
+  TimelineView view(&document_);
+  view.resize(1000, 600);
+  view.show();
+  QCoreApplication::processEvents();
+  QCustomPlot* plot = view.plot();
+  plot->replot(QCustomPlot::rpImmediateRefresh);
+  const QRect area = plot->axisRect()->rect();
+  const QPointF a(area.left() + 0.25 * area.width(), area.center().y());
+  const QPointF b(area.left() + 0.50 * area.width(), area.center().y());
+  const auto send = [&](QEvent::Type type, QPointF pos, Qt::MouseButton button, Qt::MouseButtons buttons) {
+    QMouseEvent event(type, pos, plot->mapToGlobal(pos), button, buttons, Qt::NoModifier);
+    QCoreApplication::sendEvent(plot, &event);
+  };
+  send(QEvent::MouseButtonPress, a, Qt::RightButton, Qt::RightButton);
+  send(QEvent::MouseMove, b, Qt::NoButton, Qt::RightButton);
+  send(QEvent::MouseButtonRelease, b, Qt::RightButton, Qt::NoButton);
+  const double t0 = plot->xAxis->pixelToCoord(a.x()) * 1000, t1 = plot->xAxis->pixelToCoord(b.x()) * 1000;
+  EXPECT_NEAR(view.statsModel()->rangeStart(), t0, 1e-6 * t1);
+  EXPECT_NEAR(view.statsModel()->rangeEnd(), t1, 1e-6 * t1);
+  int64_t in_range = 0;
+  for (const auto& s : view.statsModel()->stats()) in_range += s.count;
+  EXPECT_GT(in_range, 0);
+  EXPECT_LT(in_range, static_cast<int64_t>(document_.data()->kernels.size()));
+
+  const TimeRange before = view.visibleRange();
+  QWheelEvent wheel(a, plot->mapToGlobal(a), QPoint(), QPoint(0, 240), Qt::NoButton, Qt::NoModifier, Qt::NoScrollPhase,
+                    false);
+  QCoreApplication::sendEvent(plot, &wheel);
+  const TimeRange zoomed = view.visibleRange();
+  EXPECT_LT(zoomed.width(), before.width() * 0.8);
+  EXPECT_NEAR((t0 - zoomed.t0) / zoomed.width(), (t0 - before.t0) / before.width(), 1e-6);
+
+  send(QEvent::MouseButtonPress, b, Qt::LeftButton, Qt::LeftButton);
+  send(QEvent::MouseMove, a, Qt::NoButton, Qt::LeftButton);
+  send(QEvent::MouseButtonRelease, a, Qt::LeftButton, Qt::NoButton);
+  const TimeRange panned = view.visibleRange();
+  EXPECT_NEAR(panned.width(), zoomed.width(), 1e-6 * zoomed.width());
+  EXPECT_GT(panned.t0, zoomed.t0);  // dragged left: later times come into view
+}
+
 TEST_F(SessionViews, DarkPaletteDarkensThePlots) {
   ScheduleView view(&document_);
   QPalette dark = view.palette();
