@@ -2,6 +2,8 @@
 // session, rounds and kernels (session_store.cpp).
 #include "profiler/session_store.h"
 
+#include <nlohmann/json.hpp>
+
 namespace specula::profiler {
 namespace {
 
@@ -84,6 +86,27 @@ Expected<std::vector<FfnStatsEvent>> SessionStore::read_ffn_stats() {
         return FfnStatsEvent{s.column_int(0), static_cast<int32_t>(s.column_int(1)),
                              static_cast<int32_t>(s.column_int(2)), static_cast<int32_t>(s.column_int(3)),
                              s.column_int(4) != 0};
+      });
+}
+
+Expected<std::vector<MoeStatsEvent>> SessionStore::read_moe_stats() {
+  // Expert lists are JSON arrays of ints, as written by write_batch.
+  const auto experts = [](const std::string& text) {
+    std::vector<int32_t> ids;
+    const auto json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (!json.is_array()) return ids;
+    for (const auto& v : json) {
+      if (v.is_number_integer()) ids.push_back(v.get<int32_t>());
+    }
+    return ids;
+  };
+  return read_all<MoeStatsEvent>(
+      db_,
+      "SELECT round, layer, totalExperts, routedExperts, skippedExperts FROM SPECULA_MOE_STATS ORDER BY round, layer",
+      [&](const sql::Statement& s) {
+        return MoeStatsEvent{s.column_int(0), static_cast<int32_t>(s.column_int(1)),
+                             static_cast<int32_t>(s.column_int(2)), experts(s.column_text(3)),
+                             experts(s.column_text(4))};
       });
 }
 

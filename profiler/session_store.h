@@ -228,6 +228,7 @@ class SessionStore {
   Expected<std::vector<RuntimeRow>> read_runtime();
   Expected<std::vector<GpuInfo>> read_gpu_info();
   Expected<std::vector<FfnStatsEvent>> read_ffn_stats();  // every round, by round then layer
+  Expected<std::vector<MoeStatsEvent>> read_moe_stats();  // every round, by round then layer
   Expected<std::vector<DecisionEvent>> read_decisions();
   Expected<std::vector<std::pair<std::string, double>>> read_metrics();  // numeric metrics
   Expected<int64_t> count_rows(std::string_view table);

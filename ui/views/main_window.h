@@ -1,16 +1,30 @@
 #pragma once
 // The main window: the run panel (model, drafter, tree, acceptance, prompt library, coloured
-// streamed output, live counters; every run recorded as a session) and a File menu. Generation
-// runs on a worker thread (ui/live/generation_worker.h); the window never blocks.
+// streamed output, live counters; every run recorded as a session) in the centre, and the
+// session views as dockable panels around it (draft tree, overlap heatmap, refresh/reuse
+// schedule, experts and FFN, kernel timeline, session browser), all following one
+// SessionDocument. The dock layout, window geometry, theme and recent sessions persist in
+// QSettings. Generation runs on a worker thread (ui/live/generation_worker.h); the window never
+// blocks.
 #include <QMainWindow>
+
+#include "ui/views/session_views.h"
+
+class QDockWidget;
+class QMenu;
 
 namespace specula::ui {
 
+class CompareWindow;
 class RunPanel;
+class SessionBrowser;
+class SessionDocument;
 
 class MainWindow : public QMainWindow {
   Q_OBJECT
  public:
+  enum class Theme { kSystem, kLight, kDark };
+
   explicit MainWindow(QWidget* parent = nullptr);
   ~MainWindow() override;
 
@@ -19,6 +33,20 @@ class MainWindow : public QMainWindow {
   QString outputText() const;
   bool isRunning() const;
   RunPanel* runPanel() const { return run_panel_; }
+  SessionDocument* document() const { return document_; }
+  SessionBrowser* sessionBrowser() const { return browser_; }
+  QDockWidget* dock(const QString& object_name) const;
+
+  // Opens a session into every view; on failure shows a dialog (unless quiet) and returns the
+  // reason in *error.
+  bool openSession(const QString& path, QString* error = nullptr, bool quiet = false);
+  bool exportSession(const QString& to, QString* error = nullptr);
+  // Opens path beside the current session in a new window (deleted on close), or nullptr.
+  CompareWindow* compareWith(const QString& path, QString* error = nullptr, bool quiet = false);
+  QStringList recentSessions() const;
+  void showView(SessionViewKind kind);  // shows and raises the view's dock (heatmaps: the mode too)
+  void setTheme(Theme theme);
+  Theme theme() const { return theme_; }
 
  public slots:
   void startRun();
@@ -27,8 +55,22 @@ class MainWindow : public QMainWindow {
  signals:
   void runFinished(bool ok);  // emitted after every run, for tests and scripting
 
+ protected:
+  void closeEvent(QCloseEvent* event) override;
+
  private:
+  QDockWidget* addViewDock(const QString& title, const QString& name, QWidget* view, Qt::DockWidgetArea area);
+  void buildMenus();
+  void rememberRecent(const QString& path);
+  void rebuildRecentMenu();
+  void saveLayout() const;
+
   RunPanel* run_panel_ = nullptr;
+  SessionDocument* document_ = nullptr;
+  SessionBrowser* browser_ = nullptr;
+  QMenu* recent_menu_ = nullptr;
+  QMenu* view_menu_ = nullptr;
+  Theme theme_ = Theme::kSystem;
 };
 
 }  // namespace specula::ui

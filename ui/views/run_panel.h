@@ -36,6 +36,7 @@ class RunPanel : public QWidget {
   void setChat(bool chat);
   // Where runs are recorded (default: the app data folder's sessions/).
   void setSessionDirectory(const QString& dir);
+  QString sessionDirectory() const { return session_dir_; }
   // Adds the prompts of a Spec-Bench style JSONL file to the library; false + a message on error.
   bool openPromptFile(const QString& path);
 
