@@ -39,10 +39,14 @@ MoeCommands::MoeCommands(CLI::App& app) {
   calibrate_->add_option("--data", data_, "Calibration prompts: Spec-Bench JSONL (*.jsonl) or text, one prompt a line")
       ->required();
   calibrate_->add_option("--limit", limit_, "Prompts to use (JSONL: per category; 0 = all)")
-      ->check(CLI::Range(0, 1000000))->capture_default_str();
+      ->check(CLI::Range(0, 1000000))
+      ->capture_default_str();
   calibrate_->add_option("--max-tokens", max_tokens_, "Tokens kept per prompt (longer prompts are cut)")
-      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
-  calibrate_->add_option("--threads", threads_, "CPU threads (0 = all cores)")->check(CLI::Range(0, 1024))->capture_default_str();
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  calibrate_->add_option("--threads", threads_, "CPU threads (0 = all cores)")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
   calibrate_->add_option("--out", out_, "Thresholds file to write (JSON)")->required();
 }
 

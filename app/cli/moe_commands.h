@@ -1,10 +1,9 @@
 #pragma once
 // specula-cli calibrate-moe: per-layer expert-skip thresholds for sparse MoE verification
 // (engine/model/moe_calibration.h).
+#include <CLI/CLI.hpp>
 #include <optional>
 #include <string>
-
-#include <CLI/CLI.hpp>
 
 namespace specula::cli {
 

@@ -265,6 +265,10 @@ struct CpuTransformer::Impl {
     const MoeProjector projector = [&](const PackedMatrix& w, const float* in, int64_t ld_in, int64_t rows, float* out,
                                        int64_t ld_out) { project(w, in, ld_in, rows, Input::Plain, nullptr, out, ld_out, false); };
     L.moe->forward(xn.data(), T, x.data(), projector, skip.budget > 0 ? &skip : nullptr, moe_scratch, stats);
+    if (trace && trace->stats) {
+      trace->stats->moe_routed += stats->routed();
+      trace->stats->moe_skipped += stats->skipped();
+    }
     if (observes(observer, EventKind::kMoeStats)) {
       observer->on_event(
           MoeStatsEvent{trace->round, static_cast<int32_t>(l), stats->n_experts, stats->experts_run(), stats->experts_skipped()});

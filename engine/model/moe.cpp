@@ -18,7 +18,8 @@ void route_token(std::span<const float> logits, bool normalize, std::span<int32_
   std::vector<int32_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), 0);
   std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
-    return p[static_cast<size_t>(a)] > p[static_cast<size_t>(b)] || (p[static_cast<size_t>(a)] == p[static_cast<size_t>(b)] && a < b);
+    return p[static_cast<size_t>(a)] > p[static_cast<size_t>(b)] ||
+           (p[static_cast<size_t>(a)] == p[static_cast<size_t>(b)] && a < b);
   });
   float sum = 0.0f;
   for (int64_t i = 0; i < k; ++i) {
@@ -89,7 +90,10 @@ int64_t MoeForwardStats::skipped() const {
 }
 
 MoeFfn::MoeFfn(const ModelConfig& c, const LayerWeights& w, bool exact)
-    : dim_(c.dim), ffn_(c.expert_ffn_dim), shared_ffn_(c.shared_expert_ffn_dim), k_(c.n_experts_used),
+    : dim_(c.dim),
+      ffn_(c.expert_ffn_dim),
+      shared_ffn_(c.shared_expert_ffn_dim),
+      k_(c.n_experts_used),
       normalize_(c.norm_topk_prob) {
   router_ = pack_fused({&w.router}, exact);
   experts_.reserve(w.experts.size());
@@ -144,7 +148,8 @@ void MoeFfn::forward(const float* xn, int64_t T, float* x, const MoeProjector& p
     route_token({s.logits.data() + t * E, static_cast<size_t>(E)}, normalize_, ids, weights);
     const int skipped = skip && skip->budget > 0 ? skip_count(weights, skip->thresholds, skip->budget) : 0;
     kept[static_cast<size_t>(t)] = static_cast<int32_t>(k_ - skipped);
-    if (stats) stats->tokens[static_cast<size_t>(t)] = {{ids.begin(), ids.end()}, {weights.begin(), weights.end()}, skipped};
+    if (stats)
+      stats->tokens[static_cast<size_t>(t)] = {{ids.begin(), ids.end()}, {weights.begin(), weights.end()}, skipped};
   }
 
   // Each expert runs once over the tokens that kept it; its rows are accumulated in token order.
@@ -163,7 +168,8 @@ void MoeFfn::forward(const float* xn, int64_t T, float* x, const MoeProjector& p
     if (tokens.empty()) continue;
     const auto n = static_cast<int64_t>(tokens.size());
     s.rows.ensure(static_cast<size_t>(n * dim_));
-    for (int64_t r = 0; r < n; ++r) std::copy_n(xn + tokens[static_cast<size_t>(r)] * dim_, dim_, s.rows.data() + r * dim_);
+    for (int64_t r = 0; r < n; ++r)
+      std::copy_n(xn + tokens[static_cast<size_t>(r)] * dim_, dim_, s.rows.data() + r * dim_);
     expert(experts_[static_cast<size_t>(e)], downs_[static_cast<size_t>(e)], ffn_, s.rows.data(), n, project, s);
     for (int64_t r = 0; r < n; ++r) {
       axpy_f32(scale[static_cast<size_t>(r)], s.out.data() + r * dim_, x + tokens[static_cast<size_t>(r)] * dim_, dim_);

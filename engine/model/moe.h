@@ -74,18 +74,18 @@ struct MoeSkip {
 };
 
 // out[t] = W · in[t] for `rows` rows (the transformer's precision and threads).
-using MoeProjector = std::function<void(const PackedMatrix& w, const float* in, int64_t ld_in, int64_t rows,
-                                        float* out, int64_t ld_out)>;
+using MoeProjector = std::function<void(const PackedMatrix& w, const float* in, int64_t ld_in, int64_t rows, float* out,
+                                        int64_t ld_out)>;
 
 // Scratch shared by every MoE layer of a transformer (grown to the largest batch seen).
 struct MoeScratch {
-  AlignedBuffer<float> logits;    // (T, n_experts)
-  AlignedBuffer<float> rows;      // (n, dim): the tokens routed to one expert
-  AlignedBuffer<float> gate_up;   // (n, 2 ffn)
-  AlignedBuffer<float> act;       // (n, ffn)
-  AlignedBuffer<float> out;       // (n, dim)
-  std::vector<int32_t> ids;       // (T, k)
-  std::vector<float> weights;     // (T, k)
+  AlignedBuffer<float> logits;   // (T, n_experts)
+  AlignedBuffer<float> rows;     // (n, dim): the tokens routed to one expert
+  AlignedBuffer<float> gate_up;  // (n, 2 ffn)
+  AlignedBuffer<float> act;      // (n, ffn)
+  AlignedBuffer<float> out;      // (n, dim)
+  std::vector<int32_t> ids;      // (T, k)
+  std::vector<float> weights;    // (T, k)
 };
 
 class MoeFfn {
@@ -102,12 +102,12 @@ class MoeFfn {
  private:
   int64_t dim_ = 0, ffn_ = 0, shared_ffn_ = 0, k_ = 0;
   bool normalize_ = false;
-  PackedMatrix router_;                 // (n_experts, dim)
-  std::vector<PackedMatrix> experts_;   // per expert (2 ffn, dim): gate rows, then up rows
-  std::vector<PackedMatrix> downs_;     // per expert (dim, ffn)
-  PackedMatrix shared_gate_up_;         // (2 shared_ffn, dim)
-  PackedMatrix shared_down_;            // (dim, shared_ffn)
-  std::vector<float> shared_gate_;      // (dim)
+  PackedMatrix router_;                // (n_experts, dim)
+  std::vector<PackedMatrix> experts_;  // per expert (2 ffn, dim): gate rows, then up rows
+  std::vector<PackedMatrix> downs_;    // per expert (dim, ffn)
+  PackedMatrix shared_gate_up_;        // (2 shared_ffn, dim)
+  PackedMatrix shared_down_;           // (dim, shared_ffn)
+  std::vector<float> shared_gate_;     // (dim)
 
   // y = down · swiglu(gate_up · in) for n rows of in (n, dim), into scratch.out.
   void expert(const PackedMatrix& gate_up, const PackedMatrix& down, int64_t ffn, const float* in, int64_t n,

@@ -52,17 +52,18 @@ std::vector<std::vector<double>> MoeRatioCollector::medians() const {
 nlohmann::json MoeThresholds::to_json() const {
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& row : thresholds) rows.push_back(row.empty() ? nlohmann::json(nullptr) : nlohmann::json(row));
-  return {{"kind", kKind},
-          {"version", 1},
-          {"model_name", model_name},
-          {"model_sha256", model_sha256},
-          {"n_layers", n_layers},
-          {"n_experts", n_experts},
-          {"experts_per_token", experts_per_token},
-          {"tokens", tokens},
-          {"ratio", "skipped routing mass / kept routing mass, the s lowest-weight experts skipped (engine/model/moe.h)"},
-          {"thresholds", rows},
-          {"settings", settings}};
+  return {
+      {"kind", kKind},
+      {"version", 1},
+      {"model_name", model_name},
+      {"model_sha256", model_sha256},
+      {"n_layers", n_layers},
+      {"n_experts", n_experts},
+      {"experts_per_token", experts_per_token},
+      {"tokens", tokens},
+      {"ratio", "skipped routing mass / kept routing mass, the s lowest-weight experts skipped (engine/model/moe.h)"},
+      {"thresholds", rows},
+      {"settings", settings}};
 }
 
 Expected<MoeThresholds> calibrate_moe(CpuTransformer& transformer, std::span<const std::vector<int32_t>> sequences,
@@ -71,7 +72,8 @@ Expected<MoeThresholds> calibrate_moe(CpuTransformer& transformer, std::span<con
   if (!c.is_moe()) return make_error("calibrate-moe: " + c.name + " has no MoE layers");
   if (chunk <= 0) return make_error("calibrate-moe: chunk must be positive");
   const int k = static_cast<int>(c.n_experts_used);
-  if (k < 2) return make_error("calibrate-moe: " + c.name + " routes each token to one expert: there is nothing to skip");
+  if (k < 2)
+    return make_error("calibrate-moe: " + c.name + " routes each token to one expert: there is nothing to skip");
   MoeRatioCollector collector(static_cast<int>(c.n_layers), k);
   MoeForwardStats stats;
   std::vector<float> logits(static_cast<size_t>(c.vocab_size));

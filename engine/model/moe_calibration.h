@@ -9,11 +9,10 @@
 //    "thresholds": [[tau_1, ..., tau_{k-1}] for an MoE layer, null for a dense one; L entries],
 //    "settings": {how it was measured}}
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "engine/core/expected.h"
 #include "engine/model/cpu_transformer.h"
@@ -46,8 +45,8 @@ struct MoeThresholds {
   int n_layers = 0;
   int n_experts = 0;
   int experts_per_token = 0;
-  int64_t tokens = 0;                            // calibration tokens per MoE layer
-  std::vector<std::vector<double>> thresholds;   // [layer][s - 1]; empty rows for dense layers
+  int64_t tokens = 0;                           // calibration tokens per MoE layer
+  std::vector<std::vector<double>> thresholds;  // [layer][s - 1]; empty rows for dense layers
   nlohmann::json settings = nlohmann::json::object();
   nlohmann::json to_json() const;
 };

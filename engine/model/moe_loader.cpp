@@ -12,7 +12,8 @@ using nlohmann::json;
 std::string in_quotes(const std::string& text) { return "'" + text + "'"; }
 
 Status check_moe_counts(const ModelConfig& c, const std::string& origin) {
-  if (c.n_experts <= 0) return make_error(origin + ": expert count is " + std::to_string(c.n_experts) + ", must be > 0");
+  if (c.n_experts <= 0)
+    return make_error(origin + ": expert count is " + std::to_string(c.n_experts) + ", must be > 0");
   if (c.n_experts_used <= 0 || c.n_experts_used > c.n_experts) {
     return make_error(origin + ": experts per token is " + std::to_string(c.n_experts_used) + ", must be in 1.." +
                       std::to_string(c.n_experts));
@@ -87,8 +88,8 @@ Status read_gguf_arch_extras(const GgufFile& gguf, const std::string& arch, Mode
   }
   config.n_experts_used = r.integer("expert_used_count", std::nullopt);
   // llama.cpp's fallback when the key is absent: the dense size split over the used experts.
-  const int64_t ffn_fallback = arch == "qwen2moe" && config.n_experts_used > 0 ? config.ffn_dim / config.n_experts_used
-                                                                                : config.ffn_dim;
+  const int64_t ffn_fallback =
+      arch == "qwen2moe" && config.n_experts_used > 0 ? config.ffn_dim / config.n_experts_used : config.ffn_dim;
   config.expert_ffn_dim = r.integer("expert_feed_forward_length", ffn_fallback);
   if (gguf.find_tensor("blk.0.ffn_gate_shexp.weight")) {
     config.shared_expert_ffn_dim = r.integer("expert_shared_feed_forward_length", config.ffn_dim);
@@ -104,7 +105,8 @@ Status read_gguf_arch_extras(const GgufFile& gguf, const std::string& arch, Mode
                       " is not supported (only 1, softmax)");
   }
   if (scale != 1.0f) return make_error(origin + ": " + arch + ".expert_weights_scale is not supported");
-  if (groups > 1) return make_error(origin + ": grouped expert routing (" + arch + ".expert_group_count) is not supported");
+  if (groups > 1)
+    return make_error(origin + ": grouped expert routing (" + arch + ".expert_group_count) is not supported");
   if (shared_count > 1) {
     return make_error(origin + ": " + std::to_string(shared_count) + " shared experts (" + arch +
                       ".expert_shared_count) are not supported");
@@ -175,7 +177,8 @@ Status read_hf_moe_config(const json& doc, const std::string& model_type, ModelC
                         ": models mixing dense and MoE layers are not supported");
     }
     if (integer({"decoder_sparse_step"}, 1) != 1) {
-      return make_error(origin + ": decoder_sparse_step other than 1 (dense layers between MoE layers) is not supported");
+      return make_error(origin +
+                        ": decoder_sparse_step other than 1 (dense layers between MoE layers) is not supported");
     }
     if (model_type == "qwen2_moe") {
       config.qkv_bias = flag("qkv_bias", true);
@@ -209,12 +212,10 @@ std::string hf_moe_layer_name(const std::string& suffix) {
   if (auto it = names.find(suffix); it != names.end()) return it->second;
   // mlp.experts.E.{gate,up,down}_proj.weight (Qwen, OLMoE) and
   // block_sparse_moe.experts.E.{w1,w3,w2}.weight (Mixtral: gate, up, down).
-  static const std::map<std::string, std::string> parts = {{"gate_proj.weight", "ffn_gate.weight"},
-                                                           {"up_proj.weight", "ffn_up.weight"},
-                                                           {"down_proj.weight", "ffn_down.weight"},
-                                                           {"w1.weight", "ffn_gate.weight"},
-                                                           {"w3.weight", "ffn_up.weight"},
-                                                           {"w2.weight", "ffn_down.weight"}};
+  static const std::map<std::string, std::string> parts = {
+      {"gate_proj.weight", "ffn_gate.weight"}, {"up_proj.weight", "ffn_up.weight"},
+      {"down_proj.weight", "ffn_down.weight"}, {"w1.weight", "ffn_gate.weight"},
+      {"w3.weight", "ffn_up.weight"},          {"w2.weight", "ffn_down.weight"}};
   for (const std::string prefix : {"mlp.experts.", "block_sparse_moe.experts."}) {
     if (suffix.rfind(prefix, 0) != 0) continue;
     const size_t dot = suffix.find('.', prefix.size());
@@ -234,7 +235,9 @@ namespace {
 // Expert e of a stacked 3D tensor (ggml shape [cols, rows, n_experts]) as a 2D view.
 TensorRef expert_slice(const TensorRef& stacked, int64_t e, int64_t n_experts) {
   const size_t bytes = stacked.data.size() / static_cast<size_t>(n_experts);
-  TensorRef out{stacked.name + "[" + std::to_string(e) + "]", stacked.type, {stacked.shape[0], stacked.shape[1]},
+  TensorRef out{stacked.name + "[" + std::to_string(e) + "]",
+                stacked.type,
+                {stacked.shape[0], stacked.shape[1]},
                 stacked.data.subspan(static_cast<size_t>(e) * bytes, bytes)};
   return out;
 }
@@ -282,7 +285,8 @@ Status assemble_layer_extras(const ModelConfig& c, const TensorSet& set, int64_t
     const TensorRef down = get(p + "ffn_down_exps.weight", {F, c.dim, E}, "[expert_ffn, dim, n_experts]");
     if (error) return *error;
     for (int64_t e = 0; e < E; ++e) {
-      out.experts[static_cast<size_t>(e)] = {expert_slice(gate, e, E), expert_slice(up, e, E), expert_slice(down, e, E)};
+      out.experts[static_cast<size_t>(e)] = {expert_slice(gate, e, E), expert_slice(up, e, E),
+                                             expert_slice(down, e, E)};
     }
   } else {
     for (int64_t e = 0; e < E && !error; ++e) {

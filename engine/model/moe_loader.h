@@ -10,9 +10,8 @@
 // Anything else with experts (DeepSeek, Phi-MoE, DBRX, Granite-MoE, sigmoid gating, expert
 // groups, mixed dense/MoE layer schedules, transformers' fused in-memory expert tensors) is
 // refused with a message naming what is not supported.
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "engine/core/expected.h"
 #include "engine/formats/gguf.h"

@@ -13,17 +13,17 @@ namespace specula {
 
 struct QkvExtras {
   int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
-  std::vector<float> qkv_bias;        // (q_dim + 2 kv_dim), or empty
-  std::vector<float> output_bias;     // (dim), or empty
+  std::vector<float> qkv_bias;     // (q_dim + 2 kv_dim), or empty
+  std::vector<float> output_bias;  // (dim), or empty
   QkNorm norm = QkNorm::None;
   std::vector<float> q_norm, k_norm;  // PerHead: (head_dim) each; Full: (q_dim), (kv_dim)
   float eps = 1e-6f;
-  float clip = 0.0f;                  // 0 = off
+  float clip = 0.0f;  // 0 = off
 
   static QkvExtras for_layer(const ModelConfig& config, const LayerWeights& layer);
   bool active() const { return !qkv_bias.empty() || norm != QkNorm::None || clip > 0.0f; }
-  void apply(float* qkv_row) const;               // (q_dim + 2 kv_dim), in place
-  void add_output_bias(float* x_row) const;       // (dim), in place; nothing without a bias
+  void apply(float* qkv_row) const;          // (q_dim + 2 kv_dim), in place
+  void add_output_bias(float* x_row) const;  // (dim), in place; nothing without a bias
 };
 
 }  // namespace specula

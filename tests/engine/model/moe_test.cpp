@@ -1,6 +1,8 @@
 // MoE models against transformers (tools/reference/make_moe_fixtures.py: Qwen2-MoE, Qwen3-MoE,
 // Mixtral and OLMoE, each from safetensors and from GGUF, plus a Q8_0 Qwen3-MoE GGUF), the
 // expert-skip rule and its calibration, routing statistics, and refusals.
+#include "engine/model/moe.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -8,12 +10,10 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <set>
 
-#include <nlohmann/json.hpp>
-
-#include "engine/model/moe.h"
 #include "engine/model/moe_calibration.h"
 #include "engine/sparse/sparse_config.h"
 #include "tests/engine/formats/gguf_writer.h"
@@ -30,7 +30,7 @@ const fs::path kMoeDir = fs::path(SPECULA_TEST_DATA_DIR) / "moe";
 
 struct RefCase {
   std::vector<int32_t> tokens;
-  std::vector<float> logits;                              // (T, vocab)
+  std::vector<float> logits;                               // (T, vocab)
   std::vector<std::vector<std::vector<int32_t>>> experts;  // [layer][token][k], descending weight
   std::vector<std::vector<std::vector<float>>> weights;    // [layer][token][k]
 };
@@ -64,7 +64,8 @@ std::vector<int32_t> positions_for(size_t n, int32_t first = 0) {
 }
 
 // One prefill of `tokens` with every row's logits.
-std::vector<float> prefill(CpuTransformer& t, const std::vector<int32_t>& tokens, const ForwardContext* context = nullptr) {
+std::vector<float> prefill(CpuTransformer& t, const std::vector<int32_t>& tokens,
+                           const ForwardContext* context = nullptr) {
   auto kv = t.make_kv_cache(16, 64);
   EXPECT_TRUE(kv);
   std::vector<float> logits(tokens.size() * static_cast<size_t>(t.config().vocab_size));
@@ -74,8 +75,8 @@ std::vector<float> prefill(CpuTransformer& t, const std::vector<int32_t>& tokens
 }
 
 struct Layout {
-  std::string path;          // under tests/data/moe
-  std::string reference;     // reference stem
+  std::string path;       // under tests/data/moe
+  std::string reference;  // reference stem
   std::string architecture;
 };
 
@@ -117,7 +118,8 @@ TEST_P(MoeLayoutTest, LogitsAndRoutingMatchTransformers) {
         EXPECT_EQ(r.experts, c.experts[l][static_cast<size_t>(t)]) << layout.path << " layer " << l << " token " << t;
         ASSERT_EQ(r.weights.size(), static_cast<size_t>(k));
         for (int64_t i = 0; i < k; ++i) {
-          EXPECT_NEAR(r.weights[static_cast<size_t>(i)], c.weights[l][static_cast<size_t>(t)][static_cast<size_t>(i)], 1e-5);
+          EXPECT_NEAR(r.weights[static_cast<size_t>(i)], c.weights[l][static_cast<size_t>(t)][static_cast<size_t>(i)],
+                      1e-5);
         }
       }
       EXPECT_TRUE(layer.experts_skipped().empty());
@@ -148,7 +150,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Layout{"qwen3moe-q8_0.gguf", "qwen3moe-q8_0", "qwen3_moe"}),
     [](const ::testing::TestParamInfo<Layout>& info) {
       std::string name = info.param.path;
-      std::replace_if(name.begin(), name.end(), [](char ch) { return !std::isalnum(static_cast<unsigned char>(ch)); }, '_');
+      std::replace_if(
+          name.begin(), name.end(), [](char ch) { return !std::isalnum(static_cast<unsigned char>(ch)); }, '_');
       return name;
     });
 
@@ -202,8 +205,8 @@ TEST(MoeCalibration, ThresholdsAreMediansOfTheRatiosOnAToySet) {
 
   MoeLayerStats layer;
   layer.layer = 1;
-  layer.tokens = {{{0, 1, 2}, {0.6f, 0.3f, 0.1f}, 0},    // r1 = 0.1/0.9,   r2 = 0.4/0.6
-                  {{2, 0, 1}, {0.5f, 0.3f, 0.2f}, 0},    // r1 = 0.2/0.8,   r2 = 0.5/0.5
+  layer.tokens = {{{0, 1, 2}, {0.6f, 0.3f, 0.1f}, 0},     // r1 = 0.1/0.9,   r2 = 0.4/0.6
+                  {{2, 0, 1}, {0.5f, 0.3f, 0.2f}, 0},     // r1 = 0.2/0.8,   r2 = 0.5/0.5
                   {{1, 3, 0}, {0.8f, 0.15f, 0.05f}, 0}};  // r1 = 0.05/0.95, r2 = 0.2/0.8
   MoeRatioCollector collector(/*n_layers=*/3, /*experts_per_token=*/3);
   collector.add(layer);
@@ -312,7 +315,8 @@ TEST(MoeSkipping, CalibratedThresholdsSkipTheLargestValidCountPerToken) {
       for (size_t t = 0; t < layer.tokens.size(); ++t) {
         const MoeTokenRouting& r = layer.tokens[t];
         ASSERT_EQ(r.experts.size(), 4u);
-        EXPECT_EQ(r.skipped, expected_skips(r.weights, thresholds->thresholds[l], budget)) << "layer " << l << " token " << t;
+        EXPECT_EQ(r.skipped, expected_skips(r.weights, thresholds->thresholds[l], budget))
+            << "layer " << l << " token " << t;
         EXPECT_LE(r.skipped, budget);
         if (l == 0) {  // layer 0's routing does not depend on skips
           EXPECT_EQ(r.experts, c.experts[0][t]);
@@ -336,6 +340,8 @@ TEST(MoeSkipping, CalibratedThresholdsSkipTheLargestValidCountPerToken) {
       EXPECT_EQ(e.routed_experts.size() + e.skipped_experts.size(), chosen.size());
     }
     EXPECT_EQ(stats.skipped(), total_skipped);
+    EXPECT_EQ(sparse_stats.moe_routed, stats.routed());
+    EXPECT_EQ(sparse_stats.moe_skipped, total_skipped);
     // Median thresholds: some tokens skip and some do not.
     EXPECT_GT(tokens_with_skips, 0) << "budget " << budget;
     EXPECT_GT(tokens_without, 0) << "budget " << budget;
@@ -393,7 +399,8 @@ TEST(MoeRefusals, ThresholdFileIsBoundToTheModel) {
   auto loaded = load_moe_thresholds(path, "abc", model->config);
   ASSERT_TRUE(loaded) << loaded.error().message;
   EXPECT_EQ(loaded->thresholds, t.thresholds);
-  EXPECT_THAT(load_moe_thresholds(path, "def", model->config).error().message, HasSubstr("calibrated for another model"));
+  EXPECT_THAT(load_moe_thresholds(path, "def", model->config).error().message,
+              HasSubstr("calibrated for another model"));
   t.thresholds = {{0.4, 0.1}, {0.5}};
   ASSERT_TRUE(save_moe_thresholds(t, path));
   EXPECT_THAT(load_moe_thresholds(path, "abc", model->config).error().message, HasSubstr("layer 0 has 2 thresholds"));
@@ -401,7 +408,8 @@ TEST(MoeRefusals, ThresholdFileIsBoundToTheModel) {
   ASSERT_TRUE(save_moe_thresholds(t, path));
   EXPECT_THAT(load_moe_thresholds(path, "abc", model->config).error().message, HasSubstr("not a finite non-negative"));
   std::ofstream(path) << "{\"kind\": \"something else\"}";
-  EXPECT_THAT(load_moe_thresholds(path, "abc", model->config).error().message, HasSubstr("not a Specula MoE thresholds"));
+  EXPECT_THAT(load_moe_thresholds(path, "abc", model->config).error().message,
+              HasSubstr("not a Specula MoE thresholds"));
 }
 
 // A copy of a fixture directory with config.json edited.
@@ -431,8 +439,9 @@ TEST(MoeRefusals, UnsupportedVariantsGetOneClearError) {
               HasSubstr("hidden_act \"gelu\" is not supported"));
   EXPECT_THAT(load_error(edited_fixture(tmp, "topk", [](auto& c) { c["num_experts_per_tok"] = 5; })),
               HasSubstr("experts per token is 5, must be in 1..4"));
-  EXPECT_THAT(load_error(edited_fixture(tmp, "count", [](auto& c) { c["num_experts"] = 3; })),
-              HasSubstr("model.layers.0.mlp.gate.weight' (blk.0.ffn_gate_inp.weight): shape [16, 4], expected [16, 3]"));
+  EXPECT_THAT(
+      load_error(edited_fixture(tmp, "count", [](auto& c) { c["num_experts"] = 3; })),
+      HasSubstr("model.layers.0.mlp.gate.weight' (blk.0.ffn_gate_inp.weight): shape [16, 4], expected [16, 3]"));
   EXPECT_THAT(load_error(edited_fixture(tmp, "window", [](auto& c) { c["use_sliding_window"] = true; })),
               HasSubstr("sliding-window attention is not supported"));
 
@@ -454,13 +463,15 @@ TEST(MoeRefusals, UnsupportedVariantsGetOneClearError) {
     w.write(path);
     return path;
   };
-  EXPECT_THAT(load_error(gguf("ds.gguf", "deepseek2", [](auto&) {})),
-              HasSubstr("unsupported architecture 'deepseek2' (supported: llama, mixtral (llama with experts), qwen2moe"));
+  EXPECT_THAT(
+      load_error(gguf("ds.gguf", "deepseek2", [](auto&) {})),
+      HasSubstr("unsupported architecture 'deepseek2' (supported: llama, mixtral (llama with experts), qwen2moe"));
   EXPECT_THAT(load_error(gguf("sigmoid.gguf", "qwen3moe", [](auto& w) { w.kv_u32("qwen3moe.expert_gating_func", 2); })),
               HasSubstr("expert_gating_func 2 is not supported (only 1, softmax)"));
   EXPECT_THAT(load_error(gguf("groups.gguf", "qwen3moe", [](auto& w) { w.kv_u32("qwen3moe.expert_group_count", 8); })),
               HasSubstr("grouped expert routing"));
-  EXPECT_THAT(load_error(gguf("noexperts.gguf", "olmoe", [](auto&) {}, 0)),
+  EXPECT_THAT(load_error(gguf(
+                  "noexperts.gguf", "olmoe", [](auto&) {}, 0)),
               HasSubstr("expert count is 0"));
 }
 
