@@ -9,6 +9,7 @@
 #include "app/cli/profiler_commands.h"
 #include "app/cli/sparse_commands.h"
 #include "app/cli/eval_commands.h"
+#include "app/cli/moe_commands.h"
 
 namespace {
 
@@ -124,6 +125,7 @@ int main(int argc, char** argv) {
 
   const specula::cli::ProfilerCommands profiler_commands(app);
   const specula::cli::SparseCommands sparse_commands(app);
+  const specula::cli::MoeCommands moe_commands(app);
 
   try {
     app.parse(argc, argv);
@@ -148,6 +150,7 @@ int main(int argc, char** argv) {
     }
     if (auto code = profiler_commands.run()) return *code;
     if (auto code = sparse_commands.run()) return *code;
+    if (auto code = moe_commands.run()) return *code;
     if (*specbench) return specula::cli::run_specbench(bench);
     if (eval.chosen()) return eval.run();
     if (*inspect) return specula::cli::run_inspect(inspect_model);

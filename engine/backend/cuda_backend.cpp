@@ -21,6 +21,10 @@
 
 namespace specula {
 
+bool cuda_backend_supports(const ModelConfig& c) {
+  return !c.is_moe() && c.qk_norm == QkNorm::None && !c.qkv_bias && !c.output_bias && c.clip_qkv == 0.0f;
+}
+
 Expected<ModelConfig> synthetic_config(const std::string& name) {
   if (name != "llama-3.1-8b") return make_error("--synthetic: unknown shape '" + name + "' (known: llama-3.1-8b)");
   ModelConfig c;
@@ -562,6 +566,10 @@ Status warm_up(CudaBackend& backend) {
 }  // namespace
 
 Expected<std::unique_ptr<CudaBackend>> make_cuda_backend(const Model& model, const CudaBackendOptions& options) {
+  if (!cuda_backend_supports(model.config)) {
+    return make_error("CUDA backend: architecture '" + model.config.architecture +
+                      "' is not supported yet (llama only); use --backend cpu");
+  }
   std::unique_ptr<CudaBackend> backend(new CudaBackend());
   if (auto ok = backend->impl_->init(options.device); !ok) return ok.error();
   if (auto ok = backend->impl_->load(model); !ok) return ok.error();

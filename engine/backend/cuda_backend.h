@@ -17,6 +17,8 @@ struct CudaBackendOptions {
 
 // True when built with CUDA and at least one GPU is visible (never prints).
 bool cuda_gpu_available();
+// The CUDA backend runs the llama family only: no MoE layers, q/k norms, attention biases or clipping.
+bool cuda_backend_supports(const ModelConfig& config);
 
 class CudaBackend : public TransformerBackend {
  public:

@@ -1,5 +1,8 @@
 #include "engine/model/cpu_transformer.h"
 
+#include "engine/model/moe.h"
+#include "engine/model/packed_weights.h"
+#include "engine/model/qkv_extras.h"
 #include "engine/observer/phase_span.h"
 
 #include <algorithm>
@@ -40,40 +43,9 @@ struct PackedLayer {
   PackedMatrix wo;               // (dim, n_heads·head_dim)
   PackedMatrix gate_up;          // (2·ffn_dim, dim): gate rows, then up rows
   PackedMatrix down;             // (dim, ffn_dim)
+  QkvExtras extras;              // biases, q/k norms, clipping (MoE architectures); inactive for llama
+  std::unique_ptr<MoeFfn> moe;   // MoE layers: replaces gate_up/down (engine/model/moe.h)
 };
-
-int64_t row_bytes(const TensorRef& t) {
-  auto traits = tensor_type_traits(t.type);
-  return t.cols() / traits->block_elems * traits->block_bytes;
-}
-
-std::vector<float> to_f32(const TensorRef& t) {
-  std::vector<float> out(static_cast<size_t>(t.cols() * t.rows()));
-  for (int64_t r = 0; r < t.rows(); ++r) {
-    (void)dequantize_row(t.type, t.data.data() + r * row_bytes(t), out.data() + r * t.cols(), t.cols());
-  }
-  return out;
-}
-
-// Packs the row-concatenation of `parts` (same row length) into one matrix. Parts whose types
-// map to different packed formats all become F32.
-PackedMatrix pack_fused(std::initializer_list<const TensorRef*> parts, bool exact) {
-  WeightFormat format = packed_format_for((*parts.begin())->type, exact);
-  int64_t rows = 0;
-  for (const TensorRef* part : parts) {
-    if (packed_format_for(part->type, exact) != format) format = WeightFormat::F32;
-    rows += part->rows();
-  }
-  PackedMatrix out;
-  init_packed_matrix(out, format, rows, (*parts.begin())->cols());
-  int64_t row = 0;
-  for (const TensorRef* part : parts) {
-    // The loader validated types and shapes, so packing cannot fail here.
-    (void)pack_rows(out, row, part->type, part->data.data(), part->rows());
-    row += part->rows();
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -97,6 +69,7 @@ struct CpuTransformer::Impl {
   QuantizedRows xq;                        // quantized matmul input
   std::vector<std::vector<float>> scores;  // per thread: (group, context)
   std::vector<std::vector<KvSpan>> spans;  // per thread
+  MoeScratch moe_scratch;
 
   Impl(const Model& m, const CpuTransformerOptions& options)
       : model(&m), cfg(m.config), precision(options.precision), pool(options.threads) {
@@ -118,8 +91,13 @@ struct CpuTransformer::Impl {
         dst.ffn_norm = to_f32(src.ffn_norm);
         dst.qkv = pack_fused({&src.wq, &src.wk, &src.wv}, exact);
         dst.wo = pack_fused({&src.wo}, exact);
-        dst.gate_up = pack_fused({&src.w_gate, &src.w_up}, exact);
-        dst.down = pack_fused({&src.w_down}, exact);
+        dst.extras = QkvExtras::for_layer(cfg, src);
+        if (src.is_moe()) {
+          dst.moe = std::make_unique<MoeFfn>(cfg, src, exact);
+        } else {
+          dst.gate_up = pack_fused({&src.w_gate, &src.w_up}, exact);
+          dst.down = pack_fused({&src.w_down}, exact);
+        }
       }
     });
   }
@@ -270,6 +248,33 @@ struct CpuTransformer::Impl {
     return kept;
   }
 
+  // x += MoE(RMSNorm(x)) for layer l; routing statistics to trace->moe_stats and the observer.
+  void moe_ffn(int64_t l, int64_t T, const PackedLayer& L, const SparseConfig* sc, const ForwardContext* trace) {
+    const int64_t dim = cfg.dim;
+    parallel_for(T, 1, 4, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) rmsnorm(x.data() + t * dim, L.ffn_norm.data(), xn.data() + t * dim, dim, cfg.rms_eps);
+    });
+    MoeSkip skip;
+    if (sc && sc->moe && static_cast<size_t>(l) < sc->moe_thresholds.size()) {
+      skip = {sc->moe_skip_budget, sc->moe_thresholds[static_cast<size_t>(l)]};
+    }
+    Observer* observer = trace ? trace->observer : nullptr;
+    MoeLayerStats local;
+    MoeLayerStats* stats = trace && trace->moe_stats ? &trace->moe_stats->layers.emplace_back() : &local;
+    stats->layer = static_cast<int32_t>(l);
+    const MoeProjector projector = [&](const PackedMatrix& w, const float* in, int64_t ld_in, int64_t rows, float* out,
+                                       int64_t ld_out) { project(w, in, ld_in, rows, Input::Plain, nullptr, out, ld_out, false); };
+    L.moe->forward(xn.data(), T, x.data(), projector, skip.budget > 0 ? &skip : nullptr, moe_scratch, stats);
+    if (trace && trace->stats) {
+      trace->stats->moe_routed += stats->routed();
+      trace->stats->moe_skipped += stats->skipped();
+    }
+    if (observes(observer, EventKind::kMoeStats)) {
+      observer->on_event(
+          MoeStatsEvent{trace->round, static_cast<int32_t>(l), stats->n_experts, stats->experts_run(), stats->experts_skipped()});
+    }
+  }
+
   Status forward(std::span<const int32_t> tokens, std::span<const int32_t> positions, const AttentionMask* mask,
                  KvCache& kv, std::span<float> logits, LogitRows rows, const ForwardContext* trace) {
     const auto T = static_cast<int64_t>(tokens.size());
@@ -332,6 +337,7 @@ struct CpuTransformer::Impl {
       parallel_for(T, 1, 4, [&](int64_t begin, int64_t end) {
         for (int64_t t = begin; t < end; ++t) {
           float* row = qkv.data() + t * qkv_ld;
+          if (L.extras.active()) L.extras.apply(row);
           rope_apply(row, cfg.n_heads, hd, rope.data() + t * hd, pairing);
           rope_apply(row + qd, cfg.n_kv_heads, hd, rope.data() + t * hd, pairing);
         }
@@ -349,6 +355,11 @@ struct CpuTransformer::Impl {
       }
       attention(l, T, kv, first_new, mask, selection ? &*selection : nullptr);
       project(L.wo, att.data(), qd, T, Input::Plain, nullptr, x.data(), dim, true);
+      for (int64_t t = 0; t < T && !L.extras.output_bias.empty(); ++t) L.extras.add_output_bias(x.data() + t * dim);
+      if (L.moe) {  // MoE FFN hook (engine/model/moe.h)
+        moe_ffn(l, T, L, sc, trace);
+        continue;
+      }
       project(L.gate_up, x.data(), dim, T, Input::RmsNorm, L.ffn_norm.data(), gu.data(), 2 * cfg.ffn_dim, false);
       if (sc && sc->ffn) {
         const int64_t kept = sparse_ffn_activation(T, *sc, ffn_act.data());
@@ -385,7 +396,9 @@ Precision CpuTransformer::precision() const { return impl_->precision; }
 
 size_t CpuTransformer::packed_weight_bytes() const {
   size_t total = impl_->output.bytes();
-  for (const auto& l : impl_->layers) total += l.qkv.bytes() + l.wo.bytes() + l.gate_up.bytes() + l.down.bytes();
+  for (const auto& l : impl_->layers) {
+    total += l.qkv.bytes() + l.wo.bytes() + l.gate_up.bytes() + l.down.bytes() + (l.moe ? l.moe->bytes() : 0);
+  }
   return total;
 }
 

@@ -13,6 +13,7 @@
 #include "engine/core/expected.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/model/loader.h"
+#include "engine/model/moe.h"
 #include "engine/observer/observer.h"
 #include "engine/sparse/sparse_attention.h"
 #include "engine/sparse/sparse_config.h"
@@ -61,13 +62,16 @@ enum class LogitRows {
 // What the loop tells a forward about the round it serves. Each layer is an NVTX range "layer"
 // and, when the observer wants CPU spans, a CpuSpanEvent {"layer", round, layer}. With a sparse
 // config, attention reads only the selected committed blocks (engine/sparse/sparse_attention.h)
-// and the FFN skips low-activation channels; both report to `stats` and the observer.
+// and the FFN skips low-activation channels; both report to `stats` and the observer. On MoE
+// models, sparse->moe with a budget and calibrated thresholds skips low-weight experts
+// (engine/model/moe.h); every MoE layer reports its routing to `moe_stats` and the observer.
 struct ForwardContext {
   Observer* observer = nullptr;
   int64_t round = -1;                     // -1: prefill
   const SparseConfig* sparse = nullptr;   // null or strict: dense, bit-identical to no context
   std::span<const int32_t> query_order;   // the new rows in traversal order (group modes)
   SparseStats* stats = nullptr;           // accumulates KV bytes read / dense, FFN channels kept
+  MoeForwardStats* moe_stats = nullptr;   // MoE models: per-layer, per-token routing appended (not cleared)
 };
 
 struct CpuTransformerOptions {

@@ -14,6 +14,8 @@
 
 #include "engine/formats/gguf.h"
 #include "engine/formats/safetensors.h"
+#include "engine/model/moe_loader.h"
+#include "engine/model/tensor_set.h"
 
 namespace specula {
 namespace {
@@ -23,18 +25,6 @@ using nlohmann::json;
 constexpr const char* kDefaultModelFile = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
 std::string in_quotes(const std::string& text) { return "'" + text + "'"; }
-
-// Tensors of one file, by GGUF llama name, with the name they have in the file for messages.
-struct TensorSet {
-  std::map<std::string, TensorRef> by_name;
-  std::map<std::string, std::string> source_name;  // GGUF name -> name in the file
-};
-
-std::string describe_name(const TensorSet& set, const std::string& name) {
-  auto it = set.source_name.find(name);
-  if (it == set.source_name.end() || it->second == name) return "tensor " + in_quotes(name);
-  return "tensor " + in_quotes(it->second) + " (" + name + ")";
-}
 
 Status validate_config(const ModelConfig& config, const std::string& origin) {
   auto positive = [&](int64_t value, const char* what) -> Status {
@@ -59,28 +49,6 @@ Status validate_config(const ModelConfig& config, const std::string& origin) {
   return {};
 }
 
-// Looks up `name`, checks its shape (ggml order) and that we can dequantize its type.
-Expected<TensorRef> take(const TensorSet& set, const std::string& name,
-                         std::vector<int64_t> expected, const char* shape_meaning,
-                         const std::string& origin) {
-  auto it = set.by_name.find(name);
-  if (it == set.by_name.end()) return make_error(origin + ": missing tensor " + in_quotes(name));
-  const TensorRef& ref = it->second;
-  if (ref.shape != expected) {
-    return make_error(origin + ": " + describe_name(set, name) + ": shape " +
-                      format_shape(ref.shape) + ", expected " + format_shape(expected) + " " +
-                      shape_meaning + " (ggml order)");
-  }
-  auto traits = tensor_type_traits(ref.type);
-  if (!traits || !traits->dequantizable) {
-    return make_error(origin + ": " + describe_name(set, name) + ": tensor type " +
-                      std::string(tensor_type_name(ref.type)) +
-                      " is not supported (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, "
-                      "Q5_1, Q4_K, Q5_K, Q6_K)");
-  }
-  return ref;
-}
-
 Expected<ModelWeights> assemble_weights(const ModelConfig& c, const TensorSet& set,
                                         const std::string& origin) {
   ModelWeights weights;
@@ -88,7 +56,7 @@ Expected<ModelWeights> assemble_weights(const ModelConfig& c, const TensorSet& s
   std::optional<Error> error;
   auto get = [&](const std::string& name, std::vector<int64_t> shape, const char* meaning) {
     if (error) return TensorRef{};
-    auto ref = take(set, name, std::move(shape), meaning, origin);
+    auto ref = take_tensor(set, name, shape, meaning, origin);
     if (!ref) {
       error = ref.error();
       return TensorRef{};
@@ -111,9 +79,14 @@ Expected<ModelWeights> assemble_weights(const ModelConfig& c, const TensorSet& s
     layer.wv = get(p + "attn_v.weight", {c.dim, kv_dim}, "[dim, n_kv_heads*head_dim]");
     layer.wo = get(p + "attn_output.weight", {q_dim, c.dim}, "[n_heads*head_dim, dim]");
     layer.ffn_norm = get(p + "ffn_norm.weight", {c.dim}, "[dim]");
-    layer.w_gate = get(p + "ffn_gate.weight", {c.dim, c.ffn_dim}, "[dim, ffn_dim]");
-    layer.w_up = get(p + "ffn_up.weight", {c.dim, c.ffn_dim}, "[dim, ffn_dim]");
-    layer.w_down = get(p + "ffn_down.weight", {c.ffn_dim, c.dim}, "[ffn_dim, dim]");
+    if (!c.is_moe()) {
+      layer.w_gate = get(p + "ffn_gate.weight", {c.dim, c.ffn_dim}, "[dim, ffn_dim]");
+      layer.w_up = get(p + "ffn_up.weight", {c.dim, c.ffn_dim}, "[dim, ffn_dim]");
+      layer.w_down = get(p + "ffn_down.weight", {c.ffn_dim, c.dim}, "[ffn_dim, dim]");
+    }
+    if (!error) {
+      if (Status s = assemble_layer_extras(c, set, i, layer, origin); !s) error = s.error();
+    }
     weights.layers.push_back(std::move(layer));
   }
   if (error) return *error;
@@ -135,10 +108,11 @@ Status check_tokenizer_fits(const Tokenizer& tokenizer, const ModelConfig& confi
 Expected<ModelConfig> config_from_gguf(const GgufFile& gguf, const std::string& origin) {
   auto arch = gguf.get_string("general.architecture");
   if (!arch) return arch.error();
-  if (*arch != "llama") {
-    return make_error(origin + ": unsupported architecture " + in_quotes(*arch) +
-                      " (supported: llama)");
+  if (!is_supported_gguf_arch(*arch)) {
+    return make_error(origin + ": unsupported architecture " + in_quotes(*arch) + " (supported: " +
+                      kSupportedGgufArchs + ")");
   }
+  const std::string a = *arch + ".";  // metadata keys are prefixed by the architecture
   ModelConfig config;
   config.architecture = *arch;
   auto name = gguf.get_string("general.name");
@@ -161,27 +135,27 @@ Expected<ModelConfig> config_from_gguf(const GgufFile& gguf, const std::string& 
     if (!value && !error) error = value.error();
     return static_cast<float>(value ? *value : fallback);
   };
-  config.n_layers = required("llama.block_count");
-  config.dim = required("llama.embedding_length");
-  config.ffn_dim = required("llama.feed_forward_length");
-  config.n_heads = required("llama.attention.head_count");
-  config.n_kv_heads = optional_int("llama.attention.head_count_kv", config.n_heads);
-  config.context_length = required("llama.context_length");
-  config.rope_theta = optional_float("llama.rope.freq_base", 10000.0);
-  config.rms_eps = optional_float("llama.attention.layer_norm_rms_epsilon", 1e-5);
+  config.n_layers = required(a + "block_count");
+  config.dim = required(a + "embedding_length");
+  config.ffn_dim = required(a + "feed_forward_length");
+  config.n_heads = required(a + "attention.head_count");
+  config.n_kv_heads = optional_int(a + "attention.head_count_kv", config.n_heads);
+  config.context_length = required(a + "context_length");
+  config.rope_theta = optional_float(a + "rope.freq_base", 10000.0);
+  config.rms_eps = optional_float(a + "attention.layer_norm_rms_epsilon", 1e-5);
   if (error) return *error;
   config.head_dim = config.n_heads > 0 ? config.dim / config.n_heads : 0;
-  config.head_dim = optional_int("llama.attention.key_length", config.head_dim);
-  int64_t rope_dims = optional_int("llama.rope.dimension_count", config.head_dim);
+  config.head_dim = optional_int(a + "attention.key_length", config.head_dim);
+  int64_t rope_dims = optional_int(a + "rope.dimension_count", config.head_dim);
   if (error) return *error;
   if (rope_dims != config.head_dim) {
-    return make_error(origin + ": llama.rope.dimension_count " + std::to_string(rope_dims) +
+    return make_error(origin + ": " + a + "rope.dimension_count " + std::to_string(rope_dims) +
                       " differs from the head dim " + std::to_string(config.head_dim) +
                       " (partial rotary embeddings are not supported)");
   }
 
-  if (gguf.find("llama.vocab_size")) {
-    config.vocab_size = required("llama.vocab_size");
+  if (gguf.find(a + "vocab_size")) {
+    config.vocab_size = required(a + "vocab_size");
   } else if (auto* tokens = gguf.find("tokenizer.ggml.tokens"); tokens && tokens->as_array()) {
     config.vocab_size = static_cast<int64_t>(tokens->as_array()->items.size());
   } else if (auto* embd = gguf.find_tensor("token_embd.weight"); embd && embd->shape.size() == 2) {
@@ -193,6 +167,7 @@ Expected<ModelConfig> config_from_gguf(const GgufFile& gguf, const std::string& 
     return make_error(origin + ": rope frequency factors (rope_freqs.weight, Llama 3.1 "
                                "rope scaling) are not supported");
   }
+  if (Status s = read_gguf_arch_extras(gguf, *arch, config, origin); !s) return s.error();
   if (auto status = validate_config(config, origin); !status) return status.error();
   return config;
 }
@@ -254,12 +229,15 @@ Expected<ModelConfig> config_from_hf(const json& doc, const std::filesystem::pat
       if (name == "LlamaForCausalLM" || name == "MistralForCausalLM") llama_arch = true;
     }
   }
-  if (model_type != "llama" && model_type != "mistral" && !llama_arch) {
+  const bool moe = is_moe_hf_model_type(model_type);
+  if (model_type != "llama" && model_type != "mistral" && !llama_arch && !moe) {
     std::string shown = model_type.empty() ? "(no model_type)" : model_type;
-    return make_error(origin + ": unsupported architecture " + in_quotes(shown) +
-                      " (supported: llama)");
+    return make_error(origin + ": unsupported architecture " + in_quotes(shown) + " (supported: " +
+                      kSupportedHfModelTypes + ")");
   }
-  if (auto window = doc.find("sliding_window"); window != doc.end() && !window->is_null()) {
+  // Qwen configs carry a sliding_window size that only use_sliding_window switches on.
+  const bool qwen = model_type == "qwen2_moe" || model_type == "qwen3_moe";
+  if (auto window = doc.find("sliding_window"); !qwen && window != doc.end() && !window->is_null()) {
     return make_error(origin + ": sliding-window attention is not supported");
   }
 
@@ -318,6 +296,9 @@ Expected<ModelConfig> config_from_hf(const json& doc, const std::filesystem::pat
     }
   }
   if (error) return *error;
+  if (moe) {
+    if (Status s = read_hf_moe_config(doc, model_type, config, origin); !s) return s.error();
+  }
   if (auto status = validate_config(config, origin); !status) return status.error();
   return config;
 }
@@ -346,7 +327,9 @@ std::string gguf_name_for(const std::string& hf) {
   std::string layer = hf.substr(prefix.size(), dot - prefix.size());
   if (layer.find_first_not_of("0123456789") != std::string::npos) return {};
   auto it = per_layer.find(hf.substr(dot + 1));
-  return it == per_layer.end() ? std::string() : "blk." + layer + "." + it->second;
+  if (it != per_layer.end()) return "blk." + layer + "." + it->second;
+  std::string extra = hf_moe_layer_name(hf.substr(dot + 1));
+  return extra.empty() ? std::string() : "blk." + layer + "." + extra;
 }
 
 // Shard file names: from model.safetensors.index.json's weight_map, else model.safetensors.
@@ -454,6 +437,16 @@ void describe_config(std::ostringstream& out, const ModelConfig& c) {
       << (c.rope_style == RopeStyle::AdjacentPairs ? "adjacent pairs" : "half split")
       << "  rms_eps: " << c.rms_eps << "\n"
       << "tied embeddings: " << (c.tied_embeddings ? "yes" : "no") << "\n";
+  if (c.qk_norm != QkNorm::None || c.qkv_bias || c.output_bias || c.clip_qkv > 0) {
+    out << "attention: q/k norm " << (c.qk_norm == QkNorm::None ? "none" : c.qk_norm == QkNorm::PerHead ? "per head" : "full")
+        << "  qkv bias: " << (c.qkv_bias ? "yes" : "no") << "  output bias: " << (c.output_bias ? "yes" : "no")
+        << "  clip_qkv: " << c.clip_qkv << "\n";
+  }
+  if (c.is_moe()) {
+    out << "experts: " << c.n_experts << "  per token: " << c.n_experts_used << "  expert ffn: " << c.expert_ffn_dim
+        << "  shared expert ffn: " << c.shared_expert_ffn_dim
+        << "  top-k renormalized: " << (c.norm_topk_prob ? "yes" : "no") << "\n";
+  }
 }
 
 struct TableRow {

@@ -23,6 +23,13 @@ struct TensorRef {
   int64_t cols() const { return shape.empty() ? 0 : shape[0]; }
 };
 
+// One SwiGLU expert: down · (silu(gate · x) ⊙ (up · x)).
+struct ExpertWeights {
+  TensorRef gate;         // (ffn, dim)
+  TensorRef up;           // (ffn, dim)
+  TensorRef down;         // (dim, ffn)
+};
+
 struct LayerWeights {
   TensorRef attn_norm;    // (dim) f32
   TensorRef wq;           // (n_heads * head_dim, dim)      ggml shape [dim, n_heads*head_dim]
@@ -33,6 +40,18 @@ struct LayerWeights {
   TensorRef w_gate;       // (ffn_dim, dim)
   TensorRef w_up;         // (ffn_dim, dim)
   TensorRef w_down;       // (dim, ffn_dim)
+  // Optional (data empty when absent).
+  TensorRef bq, bk, bv;   // q/k/v projection biases: (n_heads*head_dim), (n_kv_heads*head_dim) x2
+  TensorRef bo;           // output projection bias (dim)
+  TensorRef q_norm;       // QkNorm::PerHead: (head_dim); QkNorm::Full: (n_heads*head_dim)
+  TensorRef k_norm;       // QkNorm::PerHead: (head_dim); QkNorm::Full: (n_kv_heads*head_dim)
+  // MoE layers have a router and no w_gate/w_up/w_down. Expert views may slice one stacked
+  // 3D tensor (GGUF's ffn_*_exps) or be separate tensors (HF's mlp.experts.N.*).
+  TensorRef router;                   // (n_experts, dim)
+  std::vector<ExpertWeights> experts; // n_experts, each expert_ffn_dim wide
+  ExpertWeights shared_expert;        // shared_expert_ffn_dim wide (Qwen2-MoE); empty otherwise
+  TensorRef shared_expert_gate;       // (1, dim): sigmoid(shared_expert_gate · x) scales the shared expert
+  bool is_moe() const { return !router.data.empty(); }
 };
 
 struct ModelWeights {

@@ -26,11 +26,15 @@ struct SparseStats {
   int64_t kv_bytes_dense = 0;  // the same forward reading every committed row
   int64_t ffn_active = 0;      // channels kept, summed over layers and rows
   int64_t ffn_total = 0;
+  int64_t moe_routed = 0;      // (token, expert) pairs the MoE routers chose, over layers
+  int64_t moe_skipped = 0;     // of those, pairs the expert-skip rule dropped
   void add(const SparseStats& o) {
     kv_bytes_read += o.kv_bytes_read;
     kv_bytes_dense += o.kv_bytes_dense;
     ffn_active += o.ffn_active;
     ffn_total += o.ffn_total;
+    moe_routed += o.moe_routed;
+    moe_skipped += o.moe_skipped;
   }
 };
 

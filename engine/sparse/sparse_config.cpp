@@ -53,7 +53,8 @@ nlohmann::json SparseConfig::to_json() const {
           {"ffn_threshold", ffn_threshold},
           {"ffn_union", ffn_union},
           {"moe", moe},
-          {"moe_skip_budget", moe_skip_budget}};
+          {"moe_skip_budget", moe_skip_budget},
+          {"moe_calibration", moe_calibration}};
 }
 
 Expected<SparseConfig> sparse_preset(std::string_view name) {
@@ -88,7 +89,7 @@ Expected<SparseConfig> sparse_config_from_json(const nlohmann::json& j) {
   static const std::set<std::string> known = {"preset", "attention", "dense_below", "eta", "sink_blocks",
                                               "local_blocks", "query_mode", "order", "group_size", "anchors",
                                               "calibration", "ffn", "ffn_threshold", "ffn_union", "moe",
-                                              "moe_skip_budget"};
+                                              "moe_skip_budget", "moe_calibration"};
   try {
     for (const auto& [key, value] : j.items()) {
       if (!known.count(key)) return make_error("sparse config: unknown key '" + key + "'");
@@ -116,6 +117,7 @@ Expected<SparseConfig> sparse_config_from_json(const nlohmann::json& j) {
     c->ffn_union = j.value("ffn_union", c->ffn_union);
     c->moe = j.value("moe", c->moe);
     c->moe_skip_budget = j.value("moe_skip_budget", c->moe_skip_budget);
+    c->moe_calibration = j.value("moe_calibration", c->moe_calibration);
   } catch (const nlohmann::json::exception& e) {
     return make_error(std::string("sparse config: ") + e.what());
   }
@@ -150,6 +152,10 @@ Status validate(const SparseConfig& c, int n_layers, bool moe_model) {
     return bad("MoE expert skipping was asked for, but this model has no MoE layers");
   }
   if (c.moe_skip_budget < 0) return bad("moe_skip_budget must be >= 0");
+  if (c.moe && c.moe_skip_budget > 0 && c.moe_thresholds.empty()) {
+    return bad("MoE expert skipping needs per-layer thresholds: run specula-cli calibrate-moe and name its file "
+               "as moe_calibration in --sparse-config");
+  }
   return {};
 }
 

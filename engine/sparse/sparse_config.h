@@ -5,7 +5,9 @@
 //   sa-reuse  sa, with non-anchor layers reusing the nearest earlier anchor's selection
 //   sffn      sparse FFN: channels with |silu(gate)| < tau skip the up and down projections
 //   hybrid    sa-reuse + sffn (+ MoE expert skipping on MoE models)
-//   smoe      MoE expert skipping: refused on dense models (no MoE backend yet)
+//   smoe      MoE expert skipping (engine/model/moe.h): each verified token skips up to
+//             moe_skip_budget of its lowest-weight routed experts, by per-layer thresholds from
+//             `specula-cli calibrate-moe` (key moe_calibration); refused on dense models
 //   ssv-exact / ssv-approx   SSV grouping: groups of C queries in traversal order, each query
 //             attends to its own set and the union is loaded (exact), or the group shares its
 //             first query's set (approximate)
@@ -55,6 +57,8 @@ struct SparseConfig {
   // MoE expert skipping (MoE models only).
   bool moe = false;
   int moe_skip_budget = 0;
+  std::string moe_calibration;                     // thresholds file (engine/model/moe_calibration.h)
+  std::vector<std::vector<double>> moe_thresholds;  // [layer][s - 1], loaded from moe_calibration
 
   bool strict() const { return !attention && !ffn && !moe; }
   // Whether layer l reuses (true) or computes its selection; the anchor it reuses.

@@ -18,7 +18,7 @@ SpeculativeMetrics summarize_rounds(std::span<const RoundRecord> rounds, int out
   m.output_tokens = output_tokens;
   std::vector<double> lengths;
   std::vector<int> reached, accepted_at;  // per depth - 1
-  int64_t ffn_active = 0, ffn_total = 0;
+  int64_t ffn_active = 0, ffn_total = 0, moe_routed = 0, moe_skipped = 0;
   for (const RoundRecord& r : rounds) {
     m.draft_ms += r.draft_ms;
     m.verify_ms += r.verify_ms;
@@ -29,6 +29,8 @@ SpeculativeMetrics summarize_rounds(std::span<const RoundRecord> rounds, int out
     m.kv_bytes_dense += r.kv_bytes_dense;
     ffn_active += r.ffn_active;
     ffn_total += r.ffn_total;
+    moe_routed += r.moe_routed;
+    moe_skipped += r.moe_skipped;
     if (!r.speculative) continue;
     ++m.speculative_rounds;
     lengths.push_back(1.0 + r.accepted);
@@ -60,6 +62,9 @@ SpeculativeMetrics summarize_rounds(std::span<const RoundRecord> rounds, int out
     }
   }
   if (ffn_total > 0) m.ffn_active_ratio = static_cast<double>(ffn_active) / static_cast<double>(ffn_total);
+  if (moe_routed > 0) {
+    m.moe_experts_run_ratio = static_cast<double>(moe_routed - moe_skipped) / static_cast<double>(moe_routed);
+  }
   return m;
 }
 
@@ -83,6 +88,7 @@ nlohmann::json to_json(const SpeculativeMetrics& m) {
       {"kv_bytes_read", m.kv_bytes_read},
       {"kv_bytes_dense", m.kv_bytes_dense},
       {"ffn_active_ratio", m.ffn_active_ratio},
+      {"moe_experts_run_ratio", m.moe_experts_run_ratio},
       {"controller_fallbacks", m.controller_fallbacks},
       {"controller_returns", m.controller_returns},
       {"draft_rollback_tokens", m.draft_rollback_tokens},

@@ -37,6 +37,8 @@ struct RoundRecord {
   int64_t kv_bytes_dense = 0;  // the same rounds reading every committed row
   int64_t ffn_active = 0;      // sparse FFN channels kept, over layers and rows
   int64_t ffn_total = 0;
+  int64_t moe_routed = 0;      // MoE (token, expert) pairs routed in verification, and skipped
+  int64_t moe_skipped = 0;
 };
 
 struct SpeculativeMetrics {
@@ -61,6 +63,7 @@ struct SpeculativeMetrics {
   int64_t kv_bytes_read = 0;
   int64_t kv_bytes_dense = 0;
   double ffn_active_ratio = 1;  // kept / total FFN channels (1 without sparse FFN)
+  double moe_experts_run_ratio = 1;  // routed experts that ran in verification (1 without expert skipping)
 };
 
 // Nearest-rank percentile (q in (0, 1]) of values; 0 for none.

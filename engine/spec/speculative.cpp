@@ -309,6 +309,8 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
     round.kv_bytes_dense = sparse_stats.kv_bytes_dense;
     round.ffn_active = sparse_stats.ffn_active;
     round.ffn_total = sparse_stats.ffn_total;
+    round.moe_routed = sparse_stats.moe_routed;
+    round.moe_skipped = sparse_stats.moe_skipped;
     observe_controller(observer, round_index, controller, seen_fallbacks, seen_returns);
     for (int32_t token : emitted) {
       if (done) break;
