@@ -32,12 +32,10 @@ class Capture {
     c.db_ = std::move(*db);
     auto tables = c.db_.prepare("SELECT name FROM sqlite_master WHERE type = 'table'");
     if (!tables) return make_error(path + ": not a SQLite database (or corrupt): " + tables.error().message);
-    for (;;) {
-      auto row = tables->step();
-      if (!row) return make_error(path + ": unreadable (corrupt?): " + row.error().message);
-      if (!*row) break;
+    const Status walked = sql::for_each_row(*tables, [&] {
       c.tables_.insert(tables->column_text(0));
-    }
+    });
+    if (!walked) return make_error(path + ": unreadable (corrupt?): " + walked.error().message);
     if (c.has("META") && c.has("SPECULA_SESSION")) {
       return make_error(path + ": already a Specula session; open it directly (no import needed)");
     }
@@ -57,12 +55,10 @@ class Capture {
     auto info = db_.prepare("PRAGMA table_info(" + table + ")");
     if (!info) return info.error();
     std::set<std::string> cols;
-    for (;;) {
-      auto row = info->step();
-      if (!row) return row.error();
-      if (!*row) break;
+    const Status walked = sql::for_each_row(*info, [&] {
       cols.insert(info->column_text(1));
-    }
+    });
+    if (!walked) return walked.error();
     return cols;
   }
 
@@ -113,12 +109,10 @@ Expected<NsysImportStats> import_nsys(const std::string& capture_path, const std
   {
     auto s = capture->select("StringIds", {"id", "value"}, {});
     if (!s) return s.error();
-    for (;;) {
-      auto row = s->step();
-      if (!row) return row.error();
-      if (!*row) break;
+    const Status walked = sql::for_each_row(*s, [&] {
       strings[s->column_int(0)] = s->column_text(1);
-    }
+    });
+    if (!walked) return walked.error();
   }
   const auto name_of = [&](int64_t id) -> const std::string& {
     static const std::string unknown = "(unknown)";
@@ -132,10 +126,7 @@ Expected<NsysImportStats> import_nsys(const std::string& capture_path, const std
                              {"name", "busLocation", "uuid", "totalMemory", "memoryBandwidth", "clockRate",
                               "l2CacheSize", "smCount", "computeMajor", "computeMinor"});
     if (!s) return s.error();
-    for (;;) {
-      auto row = s->step();
-      if (!row) return row.error();
-      if (!*row) break;
+    const Status walked = sql::for_each_row(*s, [&] {
       GpuInfo g;
       g.id = to_i32(*s, 0);
       g.name = s->column_text(1);
@@ -149,7 +140,8 @@ Expected<NsysImportStats> import_nsys(const std::string& capture_path, const std
       g.compute_major = to_i32(*s, 9);
       g.compute_minor = to_i32(*s, 10);
       gpus.push_back(std::move(g));
-    }
+    });
+    if (!walked) return walked.error();
   }
 
   std::vector<KernelActivity> kernels;
@@ -159,10 +151,7 @@ Expected<NsysImportStats> import_nsys(const std::string& capture_path, const std
                               "blockZ", "registersPerThread", "staticSharedMemory", "dynamicSharedMemory"},
                              "ORDER BY start");
     if (!s) return s.error();
-    for (;;) {
-      auto row = s->step();
-      if (!row) return row.error();
-      if (!*row) break;
+    const Status walked = sql::for_each_row(*s, [&] {
       KernelActivity k;
       k.start = s->column_int(0);
       k.end = s->column_int(1);
@@ -180,7 +169,8 @@ Expected<NsysImportStats> import_nsys(const std::string& capture_path, const std
       k.static_shared_memory = to_i32(*s, 15);
       k.dynamic_shared_memory = to_i32(*s, 16);
       kernels.push_back(k);
-    }
+    });
+    if (!walked) return walked.error();
   }
 
   std::vector<MemcpyActivity> copies;
@@ -188,10 +178,7 @@ Expected<NsysImportStats> import_nsys(const std::string& capture_path, const std
     auto s = capture->select("CUPTI_ACTIVITY_KIND_MEMCPY", {"start", "end", "deviceId", "streamId", "bytes", "copyKind"},
                              {"contextId", "correlationId", "globalPid", "srcKind", "dstKind"}, "ORDER BY start");
     if (!s) return s.error();
-    for (;;) {
-      auto row = s->step();
-      if (!row) return row.error();
-      if (!*row) break;
+    const Status walked = sql::for_each_row(*s, [&] {
       MemcpyActivity m;
       m.start = s->column_int(0);
       m.end = s->column_int(1);
@@ -205,7 +192,8 @@ Expected<NsysImportStats> import_nsys(const std::string& capture_path, const std
       m.src_kind = to_i32(*s, 9);
       m.dst_kind = to_i32(*s, 10);
       copies.push_back(m);
-    }
+    });
+    if (!walked) return walked.error();
   }
 
   std::vector<RuntimeActivity> calls;
@@ -213,13 +201,11 @@ Expected<NsysImportStats> import_nsys(const std::string& capture_path, const std
     auto s = capture->select("CUPTI_ACTIVITY_KIND_RUNTIME", {"start", "end", "nameId"},
                              {"globalTid", "correlationId", "returnValue"}, "ORDER BY start");
     if (!s) return s.error();
-    for (;;) {
-      auto row = s->step();
-      if (!row) return row.error();
-      if (!*row) break;
+    const Status walked = sql::for_each_row(*s, [&] {
       calls.push_back({s->column_int(0), s->column_int(1), s->column_int(3), s->column_int(4),
                        name_of(s->column_int(2)), to_i32(*s, 5)});
-    }
+    });
+    if (!walked) return walked.error();
   }
 
   SessionBatch ranges;
@@ -227,12 +213,9 @@ Expected<NsysImportStats> import_nsys(const std::string& capture_path, const std
     auto s = capture->select("NVTX_EVENTS", {"start", "eventType"}, {"end", "text", "textId", "globalTid", "int64Value"},
                              "ORDER BY start");
     if (!s) return s.error();
-    for (;;) {
-      auto row = s->step();
-      if (!row) return row.error();
-      if (!*row) break;
+    const Status walked = sql::for_each_row(*s, [&] {
       const int64_t type = s->column_int(1);
-      if ((type != kNvtxPushPopRange && type != kNvtxStartEndRange) || s->column_is_null(2)) continue;  // marks, domains
+      if ((type != kNvtxPushPopRange && type != kNvtxStartEndRange) || s->column_is_null(2)) return;  // marks, domains
       NvtxRange r;
       r.start = s->column_int(0);
       r.end = s->column_int(2);
@@ -240,7 +223,8 @@ Expected<NsysImportStats> import_nsys(const std::string& capture_path, const std
       r.global_tid = s->column_int(5);
       if (!s->column_is_null(6)) r.payload = s->column_int(6);
       ranges.nvtx.push_back(std::move(r));
-    }
+    });
+    if (!walked) return walked.error();
   }
 
   int64_t first = std::numeric_limits<int64_t>::max(), last = 0;

@@ -13,12 +13,7 @@ Expected<std::vector<Row>> read_all(sql::Database& db, std::string_view sql, Rea
   auto stmt = db.prepare(sql);
   if (!stmt) return stmt.error();
   std::vector<Row> rows;
-  for (;;) {
-    auto more = stmt->step();
-    if (!more) return more.error();
-    if (!*more) break;
-    rows.push_back(read(*stmt));
-  }
+  if (auto done = sql::for_each_row(*stmt, [&] { rows.push_back(read(*stmt)); }); !done) return done.error();
   return rows;
 }
 

@@ -203,14 +203,12 @@ Status SessionStore::reload_string_cache() {
   auto stmt = db_.prepare("SELECT id, value FROM StringIds");
   if (!stmt) return stmt.error();
   next_string_id_ = 0;
-  for (;;) {
-    auto row = stmt->step();
-    if (!row) return row.error();
-    if (!*row) break;
+  const Status walked = sql::for_each_row(*stmt, [&] {
     const int64_t id = stmt->column_int(0);
     string_ids_.emplace(stmt->column_text(1), id);
     next_string_id_ = std::max(next_string_id_, id + 1);
-  }
+  });
+  if (!walked) return walked.error();
   return Status::success();
 }
 
@@ -323,14 +321,12 @@ Expected<SessionStore> SessionStore::open(const std::string& path, OpenMode mode
     std::string names;
     bool nsys = false;
     int count = 0;
-    for (;;) {
-      auto next = tables->step();
-      if (!next) return next.error();
-      if (!*next) break;
+    const Status walked = sql::for_each_row(*tables, [&] {
       const std::string name = tables->column_text(0);
       nsys = nsys || name.rfind("CUPTI_ACTIVITY_KIND_", 0) == 0 || name == "NVTX_EVENTS";
       names += (count++ ? ", " : "") + name;
-    }
+    });
+    if (!walked) return walked.error();
     std::string message = path + ": not a Specula session (a SQLite database without a META table";
     message += count ? "; its tables: " + names + ")" : "; it has no tables)";
     if (nsys) message += "; it looks like an Nsight Systems export: convert it with specula-cli import-nsys";
@@ -653,10 +649,7 @@ Expected<std::vector<RoundRow>> SessionStore::read_rounds() {
       "bonus, emitted, tokens, rollbackTokens, rejectedKvBytes FROM SPECULA_ROUNDS ORDER BY round");
   if (!stmt) return stmt.error();
   std::vector<RoundRow> rounds;
-  for (;;) {
-    auto row = stmt->step();
-    if (!row) return row.error();
-    if (!*row) break;
+  const Status walked = sql::for_each_row(*stmt, [&] {
     RoundRow r;
     r.round = stmt->column_int(0);
     r.start_ns = stmt->column_int(1);
@@ -674,7 +667,8 @@ Expected<std::vector<RoundRow>> SessionStore::read_rounds() {
     r.rollback_tokens = stmt->column_int(13);
     r.rejected_kv_bytes = stmt->column_int(14);
     rounds.push_back(std::move(r));
-  }
+  });
+  if (!walked) return walked.error();
   return rounds;
 }
 
@@ -685,10 +679,7 @@ Expected<std::vector<DraftNodeRow>> SessionStore::read_draft_nodes(int64_t round
   if (!stmt) return stmt.error();
   stmt->bind(1, round);
   std::vector<DraftNodeRow> nodes;
-  for (;;) {
-    auto row = stmt->step();
-    if (!row) return row.error();
-    if (!*row) break;
+  const Status walked = sql::for_each_row(*stmt, [&] {
     DraftNodeRow n;
     n.round = round;
     n.node = static_cast<int32_t>(stmt->column_int(0));
@@ -700,7 +691,8 @@ Expected<std::vector<DraftNodeRow>> SessionStore::read_draft_nodes(int64_t round
     n.visited = stmt->column_int(6) != 0;
     n.accepted = stmt->column_int(7) != 0;
     nodes.push_back(n);
-  }
+  });
+  if (!walked) return walked.error();
   return nodes;
 }
 
@@ -711,10 +703,7 @@ Expected<std::vector<LayerSelectionRow>> SessionStore::read_layer_selections(int
   if (!stmt) return stmt.error();
   stmt->bind(1, round);
   std::vector<LayerSelectionRow> rows;
-  for (;;) {
-    auto row = stmt->step();
-    if (!row) return row.error();
-    if (!*row) break;
+  const Status walked = sql::for_each_row(*stmt, [&] {
     LayerSelectionRow r;
     r.selection.round = round;
     r.selection.layer = static_cast<int32_t>(stmt->column_int(0));
@@ -729,7 +718,8 @@ Expected<std::vector<LayerSelectionRow>> SessionStore::read_layer_selections(int
     if (!stmt->column_is_null(8)) r.overlap_prev = stmt->column_int(8);
     if (!stmt->column_is_null(9)) r.jaccard_prev = stmt->column_double(9);
     rows.push_back(std::move(r));
-  }
+  });
+  if (!walked) return walked.error();
   return rows;
 }
 
@@ -739,14 +729,12 @@ Expected<std::vector<NvtxRange>> SessionStore::read_nvtx() {
       "LEFT JOIN StringIds AS s ON s.id = n.textId ORDER BY n.start, n.rowid");
   if (!stmt) return stmt.error();
   std::vector<NvtxRange> ranges;
-  for (;;) {
-    auto row = stmt->step();
-    if (!row) return row.error();
-    if (!*row) break;
+  const Status walked = sql::for_each_row(*stmt, [&] {
     NvtxRange r{stmt->column_int(0), stmt->column_int(1), stmt->column_text(2), stmt->column_int(3), std::nullopt};
     if (!stmt->column_is_null(4)) r.payload = stmt->column_int(4);
     ranges.push_back(std::move(r));
-  }
+  });
+  if (!walked) return walked.error();
   return ranges;
 }
 
@@ -759,10 +747,7 @@ Expected<std::vector<KernelRow>> SessionStore::read_kernels() {
       "ORDER BY k.start, k.rowid");
   if (!stmt) return stmt.error();
   std::vector<KernelRow> kernels;
-  for (;;) {
-    auto row = stmt->step();
-    if (!row) return row.error();
-    if (!*row) break;
+  const Status walked = sql::for_each_row(*stmt, [&] {
     KernelRow k;
     k.start = stmt->column_int(0);
     k.end = stmt->column_int(1);
@@ -780,7 +765,8 @@ Expected<std::vector<KernelRow>> SessionStore::read_kernels() {
     k.static_shared_memory = static_cast<int32_t>(stmt->column_int(15));
     k.dynamic_shared_memory = static_cast<int32_t>(stmt->column_int(16));
     kernels.push_back(std::move(k));
-  }
+  });
+  if (!walked) return walked.error();
   return kernels;
 }
 
@@ -788,12 +774,10 @@ Expected<std::vector<std::pair<std::string, double>>> SessionStore::read_metrics
   auto stmt = db_.prepare("SELECT key, value FROM SPECULA_METRICS WHERE value IS NOT NULL ORDER BY key");
   if (!stmt) return stmt.error();
   std::vector<std::pair<std::string, double>> metrics;
-  for (;;) {
-    auto row = stmt->step();
-    if (!row) return row.error();
-    if (!*row) break;
+  const Status walked = sql::for_each_row(*stmt, [&] {
     metrics.emplace_back(stmt->column_text(0), stmt->column_double(1));
-  }
+  });
+  if (!walked) return walked.error();
   return metrics;
 }
 

@@ -62,6 +62,18 @@ class Statement {
   std::string label_;  // "<file>: <sql head>" for error messages
 };
 
+// Steps `stmt` to its end, calling `visit()` once per row (read the row through `stmt`).
+// The first step error ends the walk and is returned.
+template <class Visit>
+Status for_each_row(Statement& stmt, Visit visit) {
+  for (;;) {
+    auto more = stmt.step();
+    if (!more) return more.error();
+    if (!*more) return Status::success();
+    visit();
+  }
+}
+
 class Database {
  public:
   // flags: SQLITE_OPEN_READONLY or SQLITE_OPEN_READWRITE [| SQLITE_OPEN_CREATE].
