@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <numeric>
 
 #include "kernels/cpu/block_select.h"
@@ -48,8 +49,24 @@ SparseSelection::SparseSelection(const SparseConfig& config, const KvCache& kv, 
 std::vector<int32_t> SparseSelection::select_one(int layer, int64_t h, const float* q_group, int64_t n_q) {
   std::vector<float>& scores = scores_[static_cast<size_t>(h)];
   const int64_t hd = kv_.config().head_dim;
-  for (int64_t b = 0; b < nb_; ++b) {
-    scores[static_cast<size_t>(b)] = quest_bound(q_group, n_q, hd, kv_.key_min(layer, h, b), kv_.key_max(layer, h, b));
+  if (cfg_.scoring == "exact") {
+    const int64_t B = kv_.block_size();
+    for (int64_t b = 0; b < nb_; ++b) {
+      const float* keys = kv_.keys(layer, h, b);  // (B, hd)
+      float best = -std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j < std::min(B, committed_ - b * B); ++j) {
+        float dot = 0.0f;
+        for (int64_t g = 0; g < n_q; ++g) {
+          for (int64_t i = 0; i < hd; ++i) dot += q_group[g * hd + i] * keys[j * hd + i];
+        }
+        best = std::max(best, dot);
+      }
+      scores[static_cast<size_t>(b)] = best;
+    }
+  } else {
+    for (int64_t b = 0; b < nb_; ++b) {
+      scores[static_cast<size_t>(b)] = quest_bound(q_group, n_q, hd, kv_.key_min(layer, h, b), kv_.key_max(layer, h, b));
+    }
   }
   return select_blocks(scores, k_, cfg_.sink_blocks, cfg_.local_blocks);
 }

@@ -47,6 +47,7 @@ nlohmann::json SparseConfig::to_json() const {
           {"query_mode", std::string(to_string(query_mode))},
           {"order", std::string(specula::to_string(order))},
           {"group_size", group_size},
+          {"scoring", scoring},
           {"anchors", anchors},
           {"calibration", calibration},
           {"ffn", ffn},
@@ -87,7 +88,7 @@ Expected<SparseConfig> sparse_config_from_json(const nlohmann::json& j) {
   auto c = sparse_preset(j.value("preset", std::string("strict")));
   if (!c) return c.error();
   static const std::set<std::string> known = {"preset", "attention", "dense_below", "eta", "sink_blocks",
-                                              "local_blocks", "query_mode", "order", "group_size", "anchors",
+                                              "local_blocks", "query_mode", "order", "group_size", "scoring", "anchors",
                                               "calibration", "ffn", "ffn_threshold", "ffn_union", "moe",
                                               "moe_skip_budget", "moe_calibration"};
   try {
@@ -110,6 +111,10 @@ Expected<SparseConfig> sparse_config_from_json(const nlohmann::json& j) {
       c->order = *o;
     }
     c->group_size = j.value("group_size", c->group_size);
+    c->scoring = j.value("scoring", c->scoring);
+    if (c->scoring != "quest" && c->scoring != "exact") {
+      return make_error("sparse config: scoring must be \"quest\" or \"exact\", not \"" + c->scoring + "\"");
+    }
     if (j.contains("anchors")) c->anchors = j["anchors"].get<std::vector<int>>();
     c->calibration = j.value("calibration", c->calibration);
     c->ffn = j.value("ffn", c->ffn);

@@ -46,6 +46,10 @@ struct SparseConfig {
   QueryMode query_mode = QueryMode::kFirst;
   TraversalOrder order = TraversalOrder::kBfs;
   int group_size = 4;                // C, for the group modes
+  // Block score: "quest" (the upper bound from the block's key min/max, what a kernel can afford)
+  // or "exact" (the largest true q·k in the block, summed over the GQA group: an oracle that reads
+  // every key, for measuring how much the bound costs in quality).
+  std::string scoring = "quest";
   // Inter-layer reuse: layers that compute a selection (refresh); the others reuse the nearest
   // earlier refresh layer's. Empty = every layer refreshes. Layer 0 always refreshes.
   std::vector<int> anchors;

@@ -64,5 +64,16 @@ TEST(SparseConfig, PiecewiseBudget) {
   EXPECT_EQ(kept_blocks(*sparse_preset("strict"), 65536, 16), 4096) << "strict drops nothing";
 }
 
+TEST(SparseConfig, ScoringIsQuestOrExact) {
+  EXPECT_EQ(sparse_preset("sa")->scoring, "quest");
+  auto exact = sparse_config_from_json(nlohmann::json{{"preset", "sa"}, {"scoring", "exact"}});
+  ASSERT_TRUE(exact) << exact.error().message;
+  EXPECT_EQ(exact->scoring, "exact");
+  EXPECT_EQ(exact->to_json()["scoring"], "exact");
+  auto bad = sparse_config_from_json(nlohmann::json{{"preset", "sa"}, {"scoring", "oracle"}});
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("scoring"), std::string::npos) << bad.error().message;
+}
+
 }  // namespace
 }  // namespace specula

@@ -201,5 +201,35 @@ TEST_F(SparseVerify, SparseFfnKeepsFewerChannelsAndReportsThem) {
   EXPECT_GE(union_stats.ffn_active, stats.ffn_active) << "the union keeps at least each row's channels";
 }
 
+TEST_F(SparseVerify, ExactScoringIsAnOracleThatPicksOtherBlocksThanTheBound) {
+  const auto dense = verify(nullptr);
+  const auto distance = [&](const std::vector<float>& v) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < v.size(); ++i) {
+      num += (static_cast<double>(v[i]) - dense[i]) * (static_cast<double>(v[i]) - dense[i]);
+      den += static_cast<double>(dense[i]) * dense[i];
+    }
+    return std::sqrt(num / den);
+  };
+  SparseConfig exact = sa(QueryMode::kFirst);
+  exact.scoring = "exact";
+  SparseConfig keep_all = exact;
+  keep_all.eta = 1.0;
+  EXPECT_EQ(verify(&keep_all), dense) << "every block kept: the score does not matter";
+  SelectionLog quest_log, exact_log;
+  const SparseConfig quest = sa(QueryMode::kFirst);
+  const auto with_quest = verify(&quest, nullptr, &quest_log);
+  const auto with_exact = verify(&exact, nullptr, &exact_log);
+  ASSERT_EQ(quest_log.selections.size(), exact_log.selections.size());
+  int differ = 0;
+  for (size_t i = 0; i < quest_log.selections.size(); ++i) {
+    differ += quest_log.selections[i].block_bits != exact_log.selections[i].block_bits;
+  }
+  EXPECT_GT(differ, 0) << "the Quest bound and the true maximum rank blocks differently somewhere";
+  EXPECT_NE(with_exact, dense);
+  std::printf("25%% of blocks, logits rel L2 to dense: quest %.3e, exact %.3e; %d of %zu layer selections differ\n",
+              distance(with_quest), distance(with_exact), differ, quest_log.selections.size());
+}
+
 }  // namespace
 }  // namespace specula
