@@ -121,7 +121,10 @@ void SparseSelection::select(int layer, const float* q, int64_t q_stride) {
     for (const auto& blocks : loads) {
       for (int32_t b : blocks) read += block_bytes(b);
     }
-    if (!reuse) read += nb_ * 2 * hd * static_cast<int64_t>(sizeof(float));  // Quest min/max of every block
+    if (!reuse) {
+      // Scoring reads the Quest min/max of every block, or (exact oracle) every committed key.
+      read += (cfg_.scoring == "exact" ? committed_ : nb_ * 2) * hd * static_cast<int64_t>(sizeof(float));
+    }
   }
   if (stats_) {
     stats_->kv_bytes_read += read;
