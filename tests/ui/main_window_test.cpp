@@ -64,10 +64,3 @@ TEST(MainWindow, ReportsAMissingModelAsAnError) {
 
 }  // namespace
 }  // namespace specula::ui
-
-int main(int argc, char** argv) {
-  qputenv("QT_QPA_PLATFORM", "offscreen");
-  QApplication application(argc, argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}

@@ -95,10 +95,3 @@ TEST(RunPanel, MissingModelAndBadTreeFailCleanly) {
 
 }  // namespace
 }  // namespace specula::ui
-
-int main(int argc, char** argv) {
-  qputenv("QT_QPA_PLATFORM", "offscreen");
-  QApplication application(argc, argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}
