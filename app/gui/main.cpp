@@ -1,7 +1,8 @@
 // specula: the desktop app.
 //   specula [--session S.sqlite] [--view NAME] [--round N]
-//   specula --session S.sqlite --view NAME [--round N] --screenshot OUT.png [--size WxH]
-// The second form renders one session view offscreen into a PNG and exits (tests, docs, CI).
+//   specula --session S.sqlite --view NAME [--round N] --screenshot OUT.png|OUT.svg|OUT.pdf [--size WxH]
+// The second form renders one session view offscreen into an image and exits (tests, docs, CI):
+// SVG and PDF by suffix (vector plots, ui/views/plot_export.h), PNG otherwise.
 // Bad input gets one line on stderr and exit status 2 in that mode, a dialog otherwise.
 #include <QApplication>
 #include <QCommandLineParser>
@@ -13,6 +14,7 @@
 
 #include "ui/models/session_document.h"
 #include "ui/views/main_window.h"
+#include "ui/views/plot_export.h"
 #include "ui/views/session_views.h"
 
 namespace {
@@ -74,7 +76,7 @@ int main(int argc, char** argv) {
                                 QStringLiteral("NAME"));
   const QCommandLineOption round(QStringLiteral("round"), QStringLiteral("Start on round N."), QStringLiteral("N"));
   const QCommandLineOption screenshot(QStringLiteral("screenshot"),
-                                      QStringLiteral("Render the view offscreen into the PNG file OUT and exit."),
+                                      QStringLiteral("Render the view offscreen into OUT (.svg and .pdf by suffix, else PNG) and exit."),
                                       QStringLiteral("OUT"));
   const QCommandLineOption size(QStringLiteral("size"), QStringLiteral("Screenshot size WxH (default 1200x700)."),
                                 QStringLiteral("WxH"), QStringLiteral("1200x700"));
@@ -120,8 +122,11 @@ int main(int argc, char** argv) {
       document.setRound(*round_id);
     }
     std::unique_ptr<QWidget> widget(specula::ui::create_session_view(*kind, &document));
-    error = specula::ui::render_widget_png(widget.get(), QSize(match.captured(1).toInt(), match.captured(2).toInt()),
-                                           parser.value(screenshot));
+    const QSize out_size(match.captured(1).toInt(), match.captured(2).toInt());
+    const auto format = specula::ui::image_format_for(parser.value(screenshot));
+    error = format && *format != specula::ui::ImageFormat::kPng
+                ? specula::ui::export_view_image(widget.get(), parser.value(screenshot), out_size)
+                : specula::ui::render_widget_png(widget.get(), out_size, parser.value(screenshot));
     if (!error.isEmpty()) return fail(error);
     return 0;
   }

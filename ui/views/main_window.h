@@ -41,6 +41,11 @@ class MainWindow : public QMainWindow {
   // reason in *error.
   bool openSession(const QString& path, QString* error = nullptr, bool quiet = false);
   bool exportSession(const QString& to, QString* error = nullptr);
+  bool exportPerfetto(const QString& to, QString* error = nullptr);
+  bool exportCsv(const QString& to_dir, QString* error = nullptr);
+  // Writes the view's dock as it is on screen (zoom, round, heatmap mode) to a PNG, SVG or PDF
+  // file, by suffix; a hidden dock is shown first.
+  bool exportView(SessionViewKind kind, const QString& path, QString* error = nullptr);
   // Opens path beside the current session in a new window (deleted on close), or nullptr.
   CompareWindow* compareWith(const QString& path, QString* error = nullptr, bool quiet = false);
   QStringList recentSessions() const;
@@ -61,6 +66,7 @@ class MainWindow : public QMainWindow {
  private:
   QDockWidget* addViewDock(const QString& title, const QString& name, QWidget* view, Qt::DockWidgetArea area);
   void buildMenus();
+  void buildExportMenu(QMenu* file);
   void rememberRecent(const QString& path);
   void rebuildRecentMenu();
   void saveLayout() const;
