@@ -8,6 +8,7 @@
 #include <QDir>
 #include <QEventLoop>
 #include <QImage>
+#include <QLabel>
 #include <QProcess>
 #include <QSet>
 #include <QTemporaryDir>
@@ -184,6 +185,28 @@ TEST_F(SessionViews, TimelineRangeFiltersTheStatistics) {
   EXPECT_EQ(stats->data(stats->index(0, RangeStatsModel::kCount), Qt::UserRole).toLongLong(), 1);
   view.clearRange();  // back to the visible range: everything
   EXPECT_EQ(stats->rowCount(), 3);
+}
+
+TEST_F(SessionViews, TimelineSaysWhyItHasNoGpuLanes) {
+  {
+    TimelineView view(&document_);
+    EXPECT_TRUE(view.note().isEmpty()) << "the GPU fixture has kernels";
+    EXPECT_FALSE(view.findChild<QLabel*>("timelineNote")->isVisibleTo(&view));
+  }
+  const QString cpu = dir_.filePath("cpu.sqlite");
+  ASSERT_EQ(testing::write_fixture_session(cpu.toStdString(), /*with_kernels=*/false), "");
+  SessionDocument document;
+  QString error;
+  ASSERT_TRUE(document.open(cpu, &error)) << error.toStdString();
+  TimelineView view(&document);
+  EXPECT_TRUE(view.note().startsWith("No GPU records in this session: it was recorded on the CPU (backend cpu"))
+      << view.note().toStdString();
+  EXPECT_TRUE(view.note().endsWith("Only the engine's phases are drawn.")) << view.note().toStdString();
+  auto* label = view.findChild<QLabel*>("timelineNote");
+  ASSERT_NE(label, nullptr);
+  EXPECT_TRUE(label->isVisibleTo(&view));
+  EXPECT_EQ(label->text(), view.note());
+  EXPECT_FALSE(view.model().lanes().empty()) << "the phases are still drawn";
 }
 
 TEST_F(SessionViews, TimelineClickShowsKernelDetailsAndZoomKeepsTheAnchor) {
