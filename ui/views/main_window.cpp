@@ -20,6 +20,7 @@
 #include "ui/models/session_files.h"
 #include "ui/views/compare_window.h"
 #include "ui/views/draft_tree_view.h"
+#include "ui/views/eval_panel.h"
 #include "ui/views/experts_view.h"
 #include "ui/views/heatmap_view.h"
 #include "ui/views/plot_export.h"
@@ -106,6 +107,9 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
               Qt::BottomDockWidgetArea);
   QDockWidget* sessions = addViewDock(tr("Sessions"), QStringLiteral("sessionsDock"), browser_, Qt::LeftDockWidgetArea);
   sessions->hide();
+  eval_panel_ = new EvalPanel(run_panel_, this);
+  QDockWidget* evaluation = addViewDock(tr("Evaluation"), QStringLiteral("evalDock"), eval_panel_, Qt::LeftDockWidgetArea);
+  evaluation->hide();
   browser_->setDirectory(run_panel_->sessionDirectory());
   connect(browser_, &SessionBrowser::openRequested, this, [this](const QString& path) { openSession(path); });
 

@@ -16,6 +16,7 @@ class QMenu;
 namespace specula::ui {
 
 class CompareWindow;
+class EvalPanel;
 class RunPanel;
 class SessionBrowser;
 class SessionDocument;
@@ -33,6 +34,7 @@ class MainWindow : public QMainWindow {
   QString outputText() const;
   bool isRunning() const;
   RunPanel* runPanel() const { return run_panel_; }
+  EvalPanel* evalPanel() const { return eval_panel_; }
   SessionDocument* document() const { return document_; }
   SessionBrowser* sessionBrowser() const { return browser_; }
   QDockWidget* dock(const QString& object_name) const;
@@ -72,6 +74,7 @@ class MainWindow : public QMainWindow {
   void saveLayout() const;
 
   RunPanel* run_panel_ = nullptr;
+  EvalPanel* eval_panel_ = nullptr;
   SessionDocument* document_ = nullptr;
   SessionBrowser* browser_ = nullptr;
   QMenu* recent_menu_ = nullptr;

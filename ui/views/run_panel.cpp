@@ -242,6 +242,10 @@ void RunPanel::setSparsePreset(const QString& preset) {
   }
 }
 
+QString RunPanel::modelSpec() const { return model_edit_->text().trimmed(); }
+QString RunPanel::drafter() const { return drafter_->currentText(); }
+QString RunPanel::tree() const { return tree_edit_->text().trimmed(); }
+
 QString RunPanel::sparsePreset() const { return sparse_->currentData().toString(); }
 
 QStringList RunPanel::sparsePresets() {

@@ -38,6 +38,9 @@ class RunPanel : public QWidget {
   void setChat(bool chat);
   // Sparse verification: a preset name (strict, sa, sa-reuse, sffn, smoe, hybrid, ssv-exact,
   // ssv-approx), or a sparse config JSON file that replaces the preset (empty: use the preset).
+  QString modelSpec() const;
+  QString drafter() const;
+  QString tree() const;
   void setSparsePreset(const QString& preset);
   void setSparseConfigFile(const QString& path);
   QString sparsePreset() const;
