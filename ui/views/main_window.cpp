@@ -27,6 +27,7 @@
 #include "ui/views/run_panel.h"
 #include "ui/views/schedule_view.h"
 #include "ui/views/session_browser.h"
+#include "ui/views/teach_view.h"
 #include "ui/views/timeline_view.h"
 
 namespace specula::ui {
@@ -41,6 +42,7 @@ QString dock_name(SessionViewKind kind) {
     case SessionViewKind::kSchedule: return QStringLiteral("scheduleDock");
     case SessionViewKind::kExperts: return QStringLiteral("expertsDock");
     case SessionViewKind::kTimeline: return QStringLiteral("timelineDock");
+    case SessionViewKind::kTeach: return QStringLiteral("teachDock");
     case SessionViewKind::kHeatmapDistance:
     case SessionViewKind::kHeatmapLayers:
     case SessionViewKind::kHeatmapBlocks: break;
@@ -102,9 +104,12 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
                                      Qt::RightDockWidgetArea);
   tabifyDockWidget(heat, schedule);
   tabifyDockWidget(schedule, experts);
-  heat->raise();
   addViewDock(tr("Kernel timeline"), QStringLiteral("timelineDock"), new TimelineView(document_, this),
               Qt::BottomDockWidgetArea);
+  QDockWidget* teach = addViewDock(tr("Teaching"), QStringLiteral("teachDock"), new TeachView(document_, this),
+                                   Qt::RightDockWidgetArea);
+  tabifyDockWidget(experts, teach);
+  heat->raise();
   QDockWidget* sessions = addViewDock(tr("Sessions"), QStringLiteral("sessionsDock"), browser_, Qt::LeftDockWidgetArea);
   sessions->hide();
   eval_panel_ = new EvalPanel(run_panel_, this);
@@ -298,7 +303,8 @@ void MainWindow::buildExportMenu(QMenu* file) {
                                                        {tr("Overlap heatmap"), SessionViewKind::kHeatmapDistance},
                                                        {tr("Refresh/reuse schedule"), SessionViewKind::kSchedule},
                                                        {tr("Experts and FFN"), SessionViewKind::kExperts},
-                                                       {tr("Kernel timeline"), SessionViewKind::kTimeline}};
+                                                       {tr("Kernel timeline"), SessionViewKind::kTimeline},
+                                                       {tr("Teaching"), SessionViewKind::kTeach}};
   for (const auto& [label, kind] : views) {
     QAction* a = menu->addAction(tr("%1 as image...").arg(label));
     connect(a, &QAction::triggered, this, [this, need_session, kind = kind] {
