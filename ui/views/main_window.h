@@ -2,8 +2,8 @@
 // The main window: the run panel (model, drafter, tree, acceptance, prompt library, coloured
 // streamed output, live counters; every run recorded as a session) in the centre, and the
 // session views as dockable panels around it (draft tree, overlap heatmap, refresh/reuse
-// schedule, experts and FFN, kernel timeline, session browser), all following one
-// SessionDocument. The dock layout, window geometry, theme and recent sessions persist in
+// schedule, experts and FFN, kernel timeline, teaching, session browser, evaluation), all
+// following one SessionDocument. File > Export writes Perfetto JSON, CSV and view images. The dock layout, window geometry, theme and recent sessions persist in
 // QSettings. Generation runs on a worker thread (ui/live/generation_worker.h); the window never
 // blocks.
 #include <QMainWindow>

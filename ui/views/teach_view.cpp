@@ -151,6 +151,9 @@ void TeachView::keyPressEvent(QKeyEvent* event) {
     case Qt::Key_Space: next(); return;
     case Qt::Key_Left:
     case Qt::Key_PageUp: previous(); return;
+    case Qt::Key_Plus:
+    case Qt::Key_Equal: setPresentationScale(scale_ + 0.25); return;
+    case Qt::Key_Minus: setPresentationScale(scale_ - 0.25); return;
     default: QWidget::keyPressEvent(event);
   }
 }
@@ -177,7 +180,7 @@ void TeachView::draw() {
                                              .arg(accent.name(), p.color(QPalette::HighlightedText).name())
                                        : QStringLiteral("color: %1").arg(with_alpha(fg, 150).name(QColor::HexArgb)));
   }
-  const TokenNamer namer = [this](int32_t id) { return document_->tokenText(id).toStdString(); };
+  const TokenNamer namer = [this](int32_t id) { return QStringLiteral("“%1”").arg(document_->tokenText(id)).toStdString(); };
   explanation_->setText(QString::fromStdString(teach_explanation(facts_, stage_, namer)));
   round_label_->setText(facts_.found ? tr("round %1 · %2 of %3")
                                            .arg(facts_.round)

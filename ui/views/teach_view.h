@@ -3,8 +3,8 @@
 // commit). A strip names the stages and marks the current one; the draft tree and the KV block
 // strip are drawn for that stage (what it adds or decides stands out, the rest is dimmed); a
 // short explanation with the round's numbers sits under them. Fonts scale by a presentation
-// factor so a lecture projector can show it. Right/PgDn/Space step on (into the next round
-// after commit), Left/PgUp step back.
+// factor so a lecture projector can show it (+ and - change it). Right/PgDn/Space step on (into
+// the next round after commit), Left/PgUp step back; presenter clickers send PgDn/PgUp.
 #include <QWidget>
 
 #include "ui/models/teach_steps.h"

@@ -225,6 +225,9 @@ TEST_F(SessionViews, TeachingStepsThroughTheStagesAndRounds) {
   const double normal = text->font().pointSizeF();
   view.setPresentationScale(2.0);
   EXPECT_NEAR(text->font().pointSizeF(), 2.0 * normal, 1e-6) << "projector scale";
+  QKeyEvent minus(QEvent::KeyPress, Qt::Key_Minus, Qt::NoModifier);
+  QCoreApplication::sendEvent(&view, &minus);
+  EXPECT_EQ(view.presentationScale(), 1.75);
   view.setPresentationScale(100);
   EXPECT_EQ(view.presentationScale(), 4.0);
 }
