@@ -16,8 +16,7 @@
 #include "engine/generate.h"
 #include "engine/model/loader.h"
 #include "engine/model/model_identity.h"
-#include "engine/model/moe_calibration.h"
-#include "engine/sparse/calibration.h"
+#include "engine/sparse/sparse_setup.h"
 #include "engine/spec/acceptance.h"
 #include "engine/spec/drafters.h"
 #include "engine/spec/speculative.h"
@@ -109,25 +108,8 @@ Precision parse_precision(const std::string& name) {
 // The run's sparse configuration from --sparse / --sparse-config, checked against the model.
 Expected<SparseConfig> sparse_config(const SpeculationArgs& spec, const Model& model) {
   auto config = spec.sparse_config ? load_sparse_config(*spec.sparse_config) : sparse_preset(spec.sparse);
+  if (config) config = prepare_sparse_config(std::move(*config), model);
   if (!config) return make_error((spec.sparse_config ? "--sparse-config: " : "--sparse: ") + config.error().message);
-  if (!config->calibration.empty()) {  // anchors from a calibration file made for this model
-    auto sha = model_sha256(model.path);
-    if (!sha) return sha.error();
-    auto calibration = load_calibration(config->calibration, *sha, static_cast<int>(model.config.n_layers));
-    if (!calibration) return make_error("--sparse-config: " + calibration.error().message);
-    config->anchors = calibration->anchors;
-  }
-  if (!config->moe_calibration.empty()) {  // expert-skip thresholds made for this model
-    if (!model.config.is_moe()) return make_error("--sparse-config: moe_calibration was given, but this model has no MoE layers");
-    auto sha = model_sha256(model.path);
-    if (!sha) return sha.error();
-    auto thresholds = load_moe_thresholds(config->moe_calibration, *sha, model.config);
-    if (!thresholds) return make_error("--sparse-config: " + thresholds.error().message);
-    config->moe_thresholds = thresholds->thresholds;
-  }
-  if (Status s = validate(*config, static_cast<int>(model.config.n_layers), model.config.is_moe()); !s) {
-    return make_error((spec.sparse_config ? "--sparse-config: " : "--sparse: ") + s.error().message);
-  }
   return config;
 }
 

@@ -1,19 +1,23 @@
 // specula: the desktop app.
 //   specula [--session S.sqlite] [--view NAME] [--round N]
-//   specula --session S.sqlite --view NAME [--round N] --screenshot OUT.png [--size WxH]
-// The second form renders one session view offscreen into a PNG and exits (tests, docs, CI).
+//   specula --session S.sqlite --view NAME [--round N] [--stage STAGE] --screenshot OUT.png|OUT.svg|OUT.pdf [--size WxH]
+// The second form renders one session view offscreen into an image and exits (tests, docs, CI):
+// SVG and PDF by suffix (vector plots, ui/views/plot_export.h), PNG otherwise.
 // Bad input gets one line on stderr and exit status 2 in that mode, a dialog otherwise.
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QRegularExpression>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <vector>
 
 #include "ui/models/session_document.h"
 #include "ui/views/main_window.h"
+#include "ui/views/plot_export.h"
 #include "ui/views/session_views.h"
+#include "ui/views/teach_view.h"
 
 namespace {
 
@@ -74,11 +78,14 @@ int main(int argc, char** argv) {
                                 QStringLiteral("NAME"));
   const QCommandLineOption round(QStringLiteral("round"), QStringLiteral("Start on round N."), QStringLiteral("N"));
   const QCommandLineOption screenshot(QStringLiteral("screenshot"),
-                                      QStringLiteral("Render the view offscreen into the PNG file OUT and exit."),
+                                      QStringLiteral("Render the view offscreen into OUT (.svg and .pdf by suffix, else PNG) and exit."),
                                       QStringLiteral("OUT"));
   const QCommandLineOption size(QStringLiteral("size"), QStringLiteral("Screenshot size WxH (default 1200x700)."),
                                 QStringLiteral("WxH"), QStringLiteral("1200x700"));
-  parser.addOptions({session, view, round, screenshot, size});
+  const QCommandLineOption stage(QStringLiteral("stage"),
+                                 QStringLiteral("Teaching view: start on STAGE (draft, select, verify, accept, commit)."),
+                                 QStringLiteral("STAGE"));
+  parser.addOptions({session, view, round, stage, screenshot, size});
   if (!parser.parse(arguments)) return fail(parser.errorText());
   if (parser.isSet(QStringLiteral("help"))) parser.showHelp(0);
   if (!parser.positionalArguments().isEmpty()) {
@@ -100,6 +107,19 @@ int main(int argc, char** argv) {
     if (!ok) return fail(QStringLiteral("--round: '%1' is not a number").arg(parser.value(round)));
   }
 
+  std::optional<specula::ui::TeachStage> teach_stage;
+  if (parser.isSet(stage)) {
+    const QStringList names = {"draft", "select", "verify", "accept", "commit"};
+    const auto at = names.indexOf(parser.value(stage));
+    if (at < 0) return fail(QStringLiteral("--stage: unknown stage '%1' (one of %2)").arg(parser.value(stage), names.join(", ")));
+    teach_stage = static_cast<specula::ui::TeachStage>(at);
+  }
+  const auto apply_stage = [&teach_stage](QWidget* root) {
+    if (!teach_stage) return;
+    if (auto* teach = root->findChild<specula::ui::TeachView*>(); teach != nullptr) teach->setStage(*teach_stage);
+    if (auto* teach = qobject_cast<specula::ui::TeachView*>(root); teach != nullptr) teach->setStage(*teach_stage);
+  };
+
   if (parser.isSet(screenshot)) {
     if (!parser.isSet(session) || !kind) return fail(QStringLiteral("--screenshot needs --session and --view"));
     const auto match = QRegularExpression(QStringLiteral("^(\\d+)x(\\d+)$")).match(parser.value(size));
@@ -120,8 +140,12 @@ int main(int argc, char** argv) {
       document.setRound(*round_id);
     }
     std::unique_ptr<QWidget> widget(specula::ui::create_session_view(*kind, &document));
-    error = specula::ui::render_widget_png(widget.get(), QSize(match.captured(1).toInt(), match.captured(2).toInt()),
-                                           parser.value(screenshot));
+    apply_stage(widget.get());
+    const QSize out_size(match.captured(1).toInt(), match.captured(2).toInt());
+    const auto format = specula::ui::image_format_for(parser.value(screenshot));
+    error = format && *format != specula::ui::ImageFormat::kPng
+                ? specula::ui::export_view_image(widget.get(), parser.value(screenshot), out_size)
+                : specula::ui::render_widget_png(widget.get(), out_size, parser.value(screenshot));
     if (!error.isEmpty()) return fail(error);
     return 0;
   }
@@ -132,5 +156,6 @@ int main(int argc, char** argv) {
     if (window.openSession(parser.value(session)) && round_id) window.document()->setRound(*round_id);
   }
   if (kind) window.showView(*kind);
+  apply_stage(&window);
   return QApplication::exec();
 }

@@ -187,8 +187,11 @@ ItemRunner make_engine_runner(SpeculativeEngine& engine, Drafter* drafter, Engin
     // speculate in different rounds and their accepted lengths would differ by timing noise.
     o.controller.enabled = false;
     const auto start = std::chrono::steady_clock::now();
-    auto result = engine.generate(prompt, drafter, o, nullptr);
+    TokenCallback on_token;
+    if (options.keep_going) on_token = [&keep_going = options.keep_going](int32_t, std::string_view) { return keep_going(); };
+    auto result = engine.generate(prompt, drafter, o, on_token);
     if (!result) return result.error();
+    if (options.keep_going && !options.keep_going()) return make_error(item.id + ": cancelled");
     RunOutput out;
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     out.prompt_tokens = static_cast<int64_t>(prompt.size());

@@ -104,6 +104,9 @@ struct EngineRunnerOptions {
   SpeculativeOptions strict;
   SpeculativeOptions configured;
   std::function<int64_t(const SpeculativeResult&, int64_t prompt_tokens)> configured_kv_bytes_read;
+  // Asked after every generated token; false stops the run there (a UI's Cancel). The runner
+  // then returns an error rather than a truncated output.
+  std::function<bool()> keep_going = {};
 };
 ItemRunner make_engine_runner(SpeculativeEngine& engine, Drafter* drafter, EngineRunnerOptions options);
 

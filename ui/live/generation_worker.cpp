@@ -3,6 +3,7 @@
 #include <QFileInfo>
 
 #include "engine/model/model_identity.h"
+#include "engine/sparse/sparse_setup.h"
 #include "engine/spec/drafters.h"
 #include "engine/text/utf8_stream.h"
 #include "kernels/cpu/cpu_info.h"
@@ -116,6 +117,15 @@ void GenerationWorker::run(const RunRequest& request) {
   options.stop_at_eos = request.options.stop_at_eos;
   options.tree = *tree;
   options.accept = request.accept.toStdString();
+  // The engine's own checks decide what is allowed (e.g. SMoE on a dense model is refused).
+  auto sparse = request.sparse_config.isEmpty() ? sparse_preset(request.sparse.toStdString())
+                                                : load_sparse_config(request.sparse_config.toStdString());
+  if (sparse) sparse = prepare_sparse_config(std::move(*sparse), *model_);
+  if (!sparse) {
+    emit failed(tr("Sparse settings: %1").arg(QString::fromStdString(sparse.error().message)));
+    return;
+  }
+  options.sparse = std::move(*sparse);
   auto labeler = std::make_shared<TokenLabeler>(this);
   FanOut fan_out;
   fan_out.attach(labeler);
@@ -136,7 +146,7 @@ void GenerationWorker::run(const RunRequest& request) {
                                    {"drafter", request.drafter.toStdString()},
                                    {"tree", request.drafter == "none" ? "none" : options.tree.to_string()},
                                    {"accept", options.accept},  {"prompt_tokens", prompt.size()},
-                                   {"backend", "cpu"}};
+                                   {"backend", "cpu"},          {"sparse", options.sparse.to_json()}};
     options.session.config_json = config.dump();
     if (auto sha = model_sha256(model_->path)) options.session.model_sha256 = *sha;
     options.session.device = cpu_model_name();
@@ -173,6 +183,7 @@ void GenerationWorker::run(const RunRequest& request) {
     emit textReady(piece);
     emit segmentReady(piece, labeler->round(), static_cast<int>(TokenKind::kPlain));
   }
+  emit kvTraffic(result->metrics.kv_bytes_read, result->metrics.kv_bytes_dense);
   emit finished(result->timings.prefill_tokens_per_s(), result->timings.decode_tokens_per_s(),
                 static_cast<int>(result->tokens.size()));
 }

@@ -24,6 +24,8 @@ struct RunRequest {
   QString tree = "chain:4";        // chain:K | static:B1,B2,... | dynamic:DEPTH,TOPK,TOTAL
   QString accept = "greedy";       // greedy | sample | cascade:TAU
   QString layers = "every-other";  // layerskip subset
+  QString sparse = "strict";       // a preset of engine/sparse/sparse_config.h
+  QString sparse_config;           // a sparse config JSON file; when set it replaces `sparse`
   QString session_path;            // record the run here (SQLite); empty = don't record
 };
 
@@ -53,6 +55,9 @@ class GenerationWorker : public QObject {
   void segmentReady(const QString& text, int round, int kind);
   void roundFinished(int round, int accepted_length, bool speculative, int emitted);
   void sessionRecorded(const QString& path, qint64 rounds);
+  // Committed KV the target's attention read over the run, and what dense attention would have
+  // read (bytes; engine/spec/metrics.h), sent just before finished.
+  void kvTraffic(qint64 read_bytes, qint64 dense_bytes);
   void finished(double prefill_tokens_per_s, double decode_tokens_per_s, int tokens);
   void failed(const QString& message);
 

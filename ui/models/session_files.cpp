@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "profiler/session_export.h"
 #include "profiler/session_store.h"
 
 namespace specula::ui {
@@ -17,6 +18,18 @@ Status export_session_copy(const std::string& from, const std::string& to) {
   stmt->bind(1, std::string_view(to));
   if (Status s = stmt->run(); !s) return make_error(from + ": copying to " + to + ": " + s.error().message);
   return {};
+}
+
+Status export_session_perfetto(const std::string& from, const std::string& to) {
+  auto store = profiler::open_session(from);
+  if (!store) return store.error();
+  return profiler::export_perfetto(*store, to);
+}
+
+Status export_session_csv(const std::string& from, const std::string& to_dir) {
+  auto store = profiler::open_session(from);
+  if (!store) return store.error();
+  return profiler::export_csv(*store, to_dir);
 }
 
 Expected<SessionSummary> summarize_session(const std::string& path) {

@@ -11,6 +11,11 @@ namespace specula::ui {
 // Writes a compacted single-file copy of the session at `from` to `to` (SQLite VACUUM INTO, so
 // a session still being recorded in WAL mode copies consistently). Refuses an existing `to`.
 Status export_session_copy(const std::string& from, const std::string& to);
+// The profiler's exports (profiler/session_export.h) of the session at `from`: a Perfetto /
+// Chrome trace-event JSON file, and the CSV files (kernels, memcpy, rounds, selections, nvtx)
+// in the folder `to_dir`.
+Status export_session_perfetto(const std::string& from, const std::string& to);
+Status export_session_csv(const std::string& from, const std::string& to_dir);
 
 struct SessionSummary {
   std::string model_name;

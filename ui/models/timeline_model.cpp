@@ -17,6 +17,23 @@ TimeRange zoom_range(TimeRange range, double anchor, double factor, double min_w
 
 TimeRange pan_range(TimeRange range, double delta_ns) { return {range.t0 + delta_ns, range.t1 + delta_ns}; }
 
+std::string timeline_note(const SessionData& data) {
+  if (!data.kernels.empty()) return {};
+  const profiler::SessionInfo& info = data.info;
+  const std::string device = info.device.empty() ? std::string("unknown device") : info.device;
+  std::string note;
+  if (info.backend == "cuda") {
+    note = "No GPU kernels in this session: it ran on " + device +
+           ", but the kernel capture (CUPTI) was unavailable or recorded none.";
+  } else {
+    note = "No GPU records in this session: it was recorded on the CPU (backend " +
+           (info.backend.empty() ? std::string("unknown") : info.backend) + ", " + device + ").";
+  }
+  note += data.nvtx.empty() ? " No engine phases were recorded either (level " + info.level + "), so nothing is drawn."
+                            : " Only the engine's phases are drawn.";
+  return note;
+}
+
 TimelineModel TimelineModel::from_session(const SessionData& data) {
   std::vector<std::string> names;
   std::unordered_map<std::string, int32_t> name_ids;

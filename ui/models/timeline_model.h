@@ -68,6 +68,11 @@ struct KernelRangeStat {
   double share = 0;      // total / range width (streams add up, so the sum may pass 1)
 };
 
+// Why the timeline lacks GPU lanes (or everything), in one or two sentences for the view; empty
+// when the session has GPU kernels. E.g. "No GPU records in this session: it was recorded on the
+// CPU (backend cpu, device ...). Only the engine's phases are drawn."
+std::string timeline_note(const SessionData& data);
+
 class TimelineModel {
  public:
   static TimelineModel from_session(const SessionData& data);

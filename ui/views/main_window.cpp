@@ -20,11 +20,14 @@
 #include "ui/models/session_files.h"
 #include "ui/views/compare_window.h"
 #include "ui/views/draft_tree_view.h"
+#include "ui/views/eval_panel.h"
 #include "ui/views/experts_view.h"
 #include "ui/views/heatmap_view.h"
+#include "ui/views/plot_export.h"
 #include "ui/views/run_panel.h"
 #include "ui/views/schedule_view.h"
 #include "ui/views/session_browser.h"
+#include "ui/views/teach_view.h"
 #include "ui/views/timeline_view.h"
 
 namespace specula::ui {
@@ -32,6 +35,20 @@ namespace {
 
 constexpr int kRecentMax = 8;
 const char* kSessionFilter = "Specula sessions (*.sqlite);;All files (*)";
+
+QString dock_name(SessionViewKind kind) {
+  switch (kind) {
+    case SessionViewKind::kTree: return QStringLiteral("treeDock");
+    case SessionViewKind::kSchedule: return QStringLiteral("scheduleDock");
+    case SessionViewKind::kExperts: return QStringLiteral("expertsDock");
+    case SessionViewKind::kTimeline: return QStringLiteral("timelineDock");
+    case SessionViewKind::kTeach: return QStringLiteral("teachDock");
+    case SessionViewKind::kHeatmapDistance:
+    case SessionViewKind::kHeatmapLayers:
+    case SessionViewKind::kHeatmapBlocks: break;
+  }
+  return QStringLiteral("heatmapDock");
+}
 
 QPalette dark_palette() {
   QPalette p;
@@ -87,11 +104,17 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
                                      Qt::RightDockWidgetArea);
   tabifyDockWidget(heat, schedule);
   tabifyDockWidget(schedule, experts);
-  heat->raise();
   addViewDock(tr("Kernel timeline"), QStringLiteral("timelineDock"), new TimelineView(document_, this),
               Qt::BottomDockWidgetArea);
+  QDockWidget* teach = addViewDock(tr("Teaching"), QStringLiteral("teachDock"), new TeachView(document_, this),
+                                   Qt::RightDockWidgetArea);
+  tabifyDockWidget(experts, teach);
+  heat->raise();
   QDockWidget* sessions = addViewDock(tr("Sessions"), QStringLiteral("sessionsDock"), browser_, Qt::LeftDockWidgetArea);
   sessions->hide();
+  eval_panel_ = new EvalPanel(run_panel_, this);
+  QDockWidget* evaluation = addViewDock(tr("Evaluation"), QStringLiteral("evalDock"), eval_panel_, Qt::LeftDockWidgetArea);
+  evaluation->hide();
   browser_->setDirectory(run_panel_->sessionDirectory());
   connect(browser_, &SessionBrowser::openRequested, this, [this](const QString& path) { openSession(path); });
 
@@ -149,6 +172,7 @@ void MainWindow::buildMenus() {
       else statusBar()->showMessage(tr("Saved a copy: %1").arg(to));
     });
   }
+  buildExportMenu(file);
   QAction* compare = file->addAction(tr("&Compare with..."));
   compare->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_C));
   connect(compare, &QAction::triggered, this, [this] {
@@ -249,6 +273,86 @@ CompareWindow* MainWindow::compareWith(const QString& path, QString* error, bool
   return window;
 }
 
+void MainWindow::buildExportMenu(QMenu* file) {
+  QMenu* menu = file->addMenu(tr("E&xport"));
+  const auto need_session = [this] {
+    if (!document_->isOpen()) statusBar()->showMessage(tr("No session is open."));
+    return document_->isOpen();
+  };
+  QAction* perfetto = menu->addAction(tr("&Perfetto trace (JSON)..."));
+  connect(perfetto, &QAction::triggered, this, [this, need_session] {
+    if (!need_session()) return;
+    const QString to = QFileDialog::getSaveFileName(this, tr("Export a Perfetto trace"), QString(),
+                                                    tr("Trace event JSON (*.json)"));
+    if (to.isEmpty()) return;
+    QString error;
+    if (!exportPerfetto(to, &error)) QMessageBox::warning(this, tr("Export failed"), error);
+    else statusBar()->showMessage(tr("Wrote %1 (open it in ui.perfetto.dev or chrome://tracing)").arg(to));
+  });
+  QAction* csv = menu->addAction(tr("&CSV files..."));
+  connect(csv, &QAction::triggered, this, [this, need_session] {
+    if (!need_session()) return;
+    const QString dir = QFileDialog::getExistingDirectory(this, tr("Export CSV files into"));
+    if (dir.isEmpty()) return;
+    QString error;
+    if (!exportCsv(dir, &error)) QMessageBox::warning(this, tr("Export failed"), error);
+    else statusBar()->showMessage(tr("Wrote kernels, memcpy, rounds, selections and nvtx CSV files to %1").arg(dir));
+  });
+  menu->addSeparator();
+  const std::pair<QString, SessionViewKind> views[] = {{tr("Draft tree"), SessionViewKind::kTree},
+                                                       {tr("Overlap heatmap"), SessionViewKind::kHeatmapDistance},
+                                                       {tr("Refresh/reuse schedule"), SessionViewKind::kSchedule},
+                                                       {tr("Experts and FFN"), SessionViewKind::kExperts},
+                                                       {tr("Kernel timeline"), SessionViewKind::kTimeline},
+                                                       {tr("Teaching"), SessionViewKind::kTeach}};
+  for (const auto& [label, kind] : views) {
+    QAction* a = menu->addAction(tr("%1 as image...").arg(label));
+    connect(a, &QAction::triggered, this, [this, need_session, kind = kind] {
+      if (!need_session()) return;
+      QString filter;
+      QString to = QFileDialog::getSaveFileName(this, tr("Export the view"), QString(),
+                                                tr("PNG image (*.png);;SVG drawing (*.svg);;PDF document (*.pdf)"), &filter);
+      if (to.isEmpty()) return;
+      if (!image_format_for(to)) to += filter.contains("svg") ? ".svg" : filter.contains("pdf") ? ".pdf" : ".png";
+      QString error;
+      if (!exportView(kind, to, &error)) QMessageBox::warning(this, tr("Export failed"), error);
+      else statusBar()->showMessage(tr("Wrote %1").arg(to));
+    });
+  }
+}
+
+bool MainWindow::exportPerfetto(const QString& to, QString* error) {
+  if (!document_->isOpen()) {
+    if (error != nullptr) *error = tr("no session is open");
+    return false;
+  }
+  const Status s = export_session_perfetto(document_->path().toStdString(), to.toStdString());
+  if (!s && error != nullptr) *error = QString::fromStdString(s.error().message);
+  return s.ok();
+}
+
+bool MainWindow::exportCsv(const QString& to_dir, QString* error) {
+  if (!document_->isOpen()) {
+    if (error != nullptr) *error = tr("no session is open");
+    return false;
+  }
+  const Status s = export_session_csv(document_->path().toStdString(), to_dir.toStdString());
+  if (!s && error != nullptr) *error = QString::fromStdString(s.error().message);
+  return s.ok();
+}
+
+bool MainWindow::exportView(SessionViewKind kind, const QString& path, QString* error) {
+  QDockWidget* d = dock(dock_name(kind));
+  if (d == nullptr || d->widget() == nullptr) {
+    if (error != nullptr) *error = tr("no such view");
+    return false;
+  }
+  if (!d->isVisible()) showView(kind);
+  const QString message = export_view_image(d->widget(), path);
+  if (!message.isEmpty() && error != nullptr) *error = message;
+  return message.isEmpty();
+}
+
 bool MainWindow::exportSession(const QString& to, QString* error) {
   if (!document_->isOpen()) {
     if (error != nullptr) *error = tr("no session is open");
@@ -260,23 +364,15 @@ bool MainWindow::exportSession(const QString& to, QString* error) {
 }
 
 void MainWindow::showView(SessionViewKind kind) {
-  QString name = QStringLiteral("heatmapDock");
-  switch (kind) {
-    case SessionViewKind::kTree: name = QStringLiteral("treeDock"); break;
-    case SessionViewKind::kSchedule: name = QStringLiteral("scheduleDock"); break;
-    case SessionViewKind::kExperts: name = QStringLiteral("expertsDock"); break;
-    case SessionViewKind::kTimeline: name = QStringLiteral("timelineDock"); break;
-    case SessionViewKind::kHeatmapDistance:
-    case SessionViewKind::kHeatmapLayers:
-    case SessionViewKind::kHeatmapBlocks:
-      if (auto* heatmap = findChild<HeatmapView*>()) {
-        heatmap->setMode(kind == SessionViewKind::kHeatmapDistance ? HeatmapView::Mode::kDistance
-                         : kind == SessionViewKind::kHeatmapLayers ? HeatmapView::Mode::kLayers
-                                                                   : HeatmapView::Mode::kBlocks);
-      }
-      break;
+  if (kind == SessionViewKind::kHeatmapDistance || kind == SessionViewKind::kHeatmapLayers ||
+      kind == SessionViewKind::kHeatmapBlocks) {
+    if (auto* heatmap = findChild<HeatmapView*>()) {
+      heatmap->setMode(kind == SessionViewKind::kHeatmapDistance ? HeatmapView::Mode::kDistance
+                       : kind == SessionViewKind::kHeatmapLayers ? HeatmapView::Mode::kLayers
+                                                                 : HeatmapView::Mode::kBlocks);
+    }
   }
-  if (QDockWidget* d = dock(name)) {
+  if (QDockWidget* d = dock(dock_name(kind))) {
     d->show();
     d->raise();
   }

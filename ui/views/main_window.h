@@ -2,8 +2,8 @@
 // The main window: the run panel (model, drafter, tree, acceptance, prompt library, coloured
 // streamed output, live counters; every run recorded as a session) in the centre, and the
 // session views as dockable panels around it (draft tree, overlap heatmap, refresh/reuse
-// schedule, experts and FFN, kernel timeline, session browser), all following one
-// SessionDocument. The dock layout, window geometry, theme and recent sessions persist in
+// schedule, experts and FFN, kernel timeline, teaching, session browser, evaluation), all
+// following one SessionDocument. File > Export writes Perfetto JSON, CSV and view images. The dock layout, window geometry, theme and recent sessions persist in
 // QSettings. Generation runs on a worker thread (ui/live/generation_worker.h); the window never
 // blocks.
 #include <QMainWindow>
@@ -16,6 +16,7 @@ class QMenu;
 namespace specula::ui {
 
 class CompareWindow;
+class EvalPanel;
 class RunPanel;
 class SessionBrowser;
 class SessionDocument;
@@ -33,6 +34,7 @@ class MainWindow : public QMainWindow {
   QString outputText() const;
   bool isRunning() const;
   RunPanel* runPanel() const { return run_panel_; }
+  EvalPanel* evalPanel() const { return eval_panel_; }
   SessionDocument* document() const { return document_; }
   SessionBrowser* sessionBrowser() const { return browser_; }
   QDockWidget* dock(const QString& object_name) const;
@@ -41,6 +43,11 @@ class MainWindow : public QMainWindow {
   // reason in *error.
   bool openSession(const QString& path, QString* error = nullptr, bool quiet = false);
   bool exportSession(const QString& to, QString* error = nullptr);
+  bool exportPerfetto(const QString& to, QString* error = nullptr);
+  bool exportCsv(const QString& to_dir, QString* error = nullptr);
+  // Writes the view's dock as it is on screen (zoom, round, heatmap mode) to a PNG, SVG or PDF
+  // file, by suffix; a hidden dock is shown first.
+  bool exportView(SessionViewKind kind, const QString& path, QString* error = nullptr);
   // Opens path beside the current session in a new window (deleted on close), or nullptr.
   CompareWindow* compareWith(const QString& path, QString* error = nullptr, bool quiet = false);
   QStringList recentSessions() const;
@@ -61,11 +68,13 @@ class MainWindow : public QMainWindow {
  private:
   QDockWidget* addViewDock(const QString& title, const QString& name, QWidget* view, Qt::DockWidgetArea area);
   void buildMenus();
+  void buildExportMenu(QMenu* file);
   void rememberRecent(const QString& path);
   void rebuildRecentMenu();
   void saveLayout() const;
 
   RunPanel* run_panel_ = nullptr;
+  EvalPanel* eval_panel_ = nullptr;
   SessionDocument* document_ = nullptr;
   SessionBrowser* browser_ = nullptr;
   QMenu* recent_menu_ = nullptr;

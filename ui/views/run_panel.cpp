@@ -6,6 +6,7 @@
 #include <QDir>
 #include <QDoubleSpinBox>
 #include <QFileDialog>
+#include <QFileInfo>
 #include <QFormLayout>
 #include <QHBoxLayout>
 #include <QLabel>
@@ -34,6 +35,23 @@ QColor kind_colour(int kind) {
   return QColor(0, 0, 0, 0);
 }
 
+struct SparseChoice {
+  const char* preset;  // engine/sparse/sparse_config.h's name
+  const char* label;
+};
+constexpr SparseChoice kSparseChoices[] = {
+    {"strict", "strict (dense verification)"},
+    {"sa", "SA: sparse attention"},
+    {"sa-reuse", "SA with inter-layer reuse"},
+    {"sffn", "SFFN: sparse FFN"},
+    {"smoe", "SMoE: expert skipping (MoE models)"},
+    {"hybrid", "hybrid: SA with reuse + SFFN"},
+    {"ssv-exact", "SSV exact (group union)"},
+    {"ssv-approx", "SSV approximate (group shared)"},
+};
+
+QString mebibytes(qint64 bytes) { return QString::number(static_cast<double>(bytes) / (1024.0 * 1024.0), 'f', 2); }
+
 }  // namespace
 
 RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
@@ -58,6 +76,20 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
   accept_->addItems({"greedy", "sample", "cascade:0.5"});
   accept_->setEditable(true);
   accept_->setToolTip(tr("greedy and sample are lossless; cascade:TAU is lossy"));
+  sparse_ = new QComboBox;
+  for (const SparseChoice& c : kSparseChoices) sparse_->addItem(tr(c.label), QString::fromLatin1(c.preset));
+  sparse_->setToolTip(tr("What verification may drop; the engine refuses combinations the model cannot run"));
+  auto* open_sparse = new QPushButton(tr("Config JSON..."));
+  open_sparse->setToolTip(tr("A sparse config JSON file (a preset with fields overridden); it replaces the preset"));
+  sparse_file_label_ = new QLabel;
+  sparse_clear_ = new QPushButton(tr("Clear"));
+  sparse_clear_->setVisible(false);
+  auto* sparse_row = new QHBoxLayout;
+  sparse_row->addWidget(sparse_);
+  sparse_row->addWidget(open_sparse);
+  sparse_row->addWidget(sparse_file_label_, 1);
+  sparse_row->addWidget(sparse_clear_);
+
   chat_box_ = new QCheckBox(tr("Chat template"));
   chat_box_->setChecked(true);
   max_tokens_ = new QSpinBox;
@@ -89,6 +121,7 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
   spec_row->addWidget(new QLabel(tr("Accept")));
   spec_row->addWidget(accept_);
   form->addRow(tr("Speculation"), spec_row);
+  form->addRow(tr("Sparse"), sparse_row);
   auto* gen_row = new QHBoxLayout;
   gen_row->addWidget(chat_box_);
   gen_row->addWidget(new QLabel(tr("Max tokens")));
@@ -142,16 +175,27 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
     session_label_->setText(tr("Recorded %1 rounds to %2").arg(rounds).arg(path));
     emit sessionRecorded(path);
   });
+  connect(worker_, &GenerationWorker::kvTraffic, this, [this](qint64 read, qint64 dense) {
+    kv_read_ = read;
+    kv_dense_ = dense;
+  });
   connect(worker_, &GenerationWorker::finished, this, [this](double prefill, double decode, int tokens) {
     tokens_ = tokens;
     setRunning(false);
     refreshCounters();
-    counters_->setText(counters_->text() + tr(" | prefill %1 tok/s, decode %2 tok/s").arg(prefill, 0, 'f', 1).arg(decode, 0, 'f', 1));
+    QString text = counters_->text() + tr(" | prefill %1 tok/s, decode %2 tok/s").arg(prefill, 0, 'f', 1).arg(decode, 0, 'f', 1);
+    if (kv_dense_ > 0) {
+      text += tr(" | KV read %1 of %2 MiB dense (%3%)")
+                  .arg(mebibytes(kv_read_), mebibytes(kv_dense_))
+                  .arg(100.0 * static_cast<double>(kv_read_) / static_cast<double>(kv_dense_), 0, 'f', 1);
+    }
+    counters_->setText(text);
     emit runFinished(true);
   });
   connect(worker_, &GenerationWorker::failed, this, [this](const QString& message) {
     setRunning(false);
     counters_->setText(tr("Failed: %1").arg(message));
+    showError(message);
     // The error also goes where the user is looking: the output pane, in the palette's link-visited red.
     QTextCursor cursor(output_->document());
     cursor.movePosition(QTextCursor::End);
@@ -167,6 +211,8 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
   connect(open_file, &QPushButton::clicked, this, &RunPanel::browseModelFile);
   connect(open_dir, &QPushButton::clicked, this, &RunPanel::browseModelDirectory);
   connect(open_prompts, &QPushButton::clicked, this, &RunPanel::choosePromptFile);
+  connect(open_sparse, &QPushButton::clicked, this, &RunPanel::chooseSparseConfig);
+  connect(sparse_clear_, &QPushButton::clicked, this, [this] { setSparseConfigFile(QString()); });
   connect(library_, &QComboBox::currentIndexChanged, this, [this](int index) {
     if (index >= 1 && index <= prompts_.size()) prompt_edit_->setPlainText(prompts_[index - 1].text);
   });
@@ -186,6 +232,56 @@ void RunPanel::setDrafter(const QString& drafter) { drafter_->setCurrentText(dra
 void RunPanel::setTree(const QString& tree) { tree_edit_->setText(tree); }
 void RunPanel::setMaxTokens(int tokens) { max_tokens_->setValue(tokens); }
 void RunPanel::setChat(bool chat) { chat_box_->setChecked(chat); }
+void RunPanel::setSparsePreset(const QString& preset) {
+  const int index = sparse_->findData(preset);
+  if (index >= 0) {
+    sparse_->setCurrentIndex(index);
+  } else {  // an unknown name goes to the engine, which says what it accepts
+    sparse_->addItem(preset, preset);
+    sparse_->setCurrentIndex(sparse_->count() - 1);
+  }
+}
+
+QString RunPanel::modelSpec() const { return model_edit_->text().trimmed(); }
+QString RunPanel::drafter() const { return drafter_->currentText(); }
+QString RunPanel::tree() const { return tree_edit_->text().trimmed(); }
+
+QString RunPanel::sparsePreset() const { return sparse_->currentData().toString(); }
+
+QStringList RunPanel::sparsePresets() {
+  QStringList names;
+  for (const SparseChoice& c : kSparseChoices) names << QString::fromLatin1(c.preset);
+  return names;
+}
+
+void RunPanel::setSparseConfigFile(const QString& path) {
+  sparse_file_ = path;
+  sparse_file_label_->setText(path.isEmpty() ? QString() : tr("config: %1").arg(QFileInfo(path).fileName()));
+  sparse_file_label_->setToolTip(path);
+  sparse_clear_->setVisible(!path.isEmpty());
+  sparse_->setEnabled(path.isEmpty());
+}
+
+void RunPanel::chooseSparseConfig() {
+  const QString path = QFileDialog::getOpenFileName(this, tr("Open a sparse config"), QString(), tr("JSON (*.json)"));
+  if (!path.isEmpty()) setSparseConfigFile(path);
+}
+
+QString RunPanel::countersText() const { return counters_->text(); }
+
+void RunPanel::showError(const QString& message) {
+  last_error_ = message;
+  // Non-modal, one at a time: the window stays usable and a second failure updates the dialog.
+  if (!error_box_) {
+    error_box_ = new QMessageBox(QMessageBox::Critical, tr("The run failed"), QString(), QMessageBox::Close, this);
+    error_box_->setObjectName(QStringLiteral("runErrorDialog"));
+    error_box_->setModal(false);
+    error_box_->setAttribute(Qt::WA_DeleteOnClose);
+  }
+  error_box_->setText(message);
+  error_box_->show();
+}
+
 void RunPanel::setSessionDirectory(const QString& dir) { session_dir_ = dir; }
 QString RunPanel::outputText() const { return output_->toPlainText(); }
 int RunPanel::promptCount() const { return static_cast<int>(prompts_.size()); }
@@ -232,6 +328,8 @@ void RunPanel::startRun() {
   request.drafter = drafter_->currentText();
   request.tree = tree_edit_->text().trimmed();
   request.accept = accept_->currentText().trimmed();
+  request.sparse = sparsePreset();
+  request.sparse_config = sparse_file_;
   request.session_path = QDir(session_dir_).filePath(
       QStringLiteral("run-%1.sqlite").arg(QDateTime::currentDateTime().toString("yyyyMMdd-HHmmss-zzz")));
   output_->clear();
@@ -239,6 +337,8 @@ void RunPanel::startRun() {
   tokens_ = rounds_ = spec_rounds_ = accepted_sum_ = 0;
   run_start_ms_ = QDateTime::currentMSecsSinceEpoch();
   session_label_->clear();
+  kv_read_ = kv_dense_ = 0;
+  last_error_.clear();
   setRunning(true);
   QMetaObject::invokeMethod(worker_, [worker = worker_, request] { worker->run(request); }, Qt::QueuedConnection);
 }

@@ -3,6 +3,7 @@
 // prompt, press Run. The output streams in coloured by what produced each piece (accepted
 // draft, correction, bonus, plain step), with live counters, and every run is recorded as a
 // session (ui/live/generation_worker.h does the work on its own thread).
+#include <QPointer>
 #include <QThread>
 #include <QVector>
 #include <QWidget>
@@ -14,6 +15,7 @@ class QCheckBox;
 class QComboBox;
 class QDoubleSpinBox;
 class QLabel;
+class QMessageBox;
 class QLineEdit;
 class QPlainTextEdit;
 class QPushButton;
@@ -34,6 +36,16 @@ class RunPanel : public QWidget {
   void setTree(const QString& tree);
   void setMaxTokens(int tokens);
   void setChat(bool chat);
+  // Sparse verification: a preset name (strict, sa, sa-reuse, sffn, smoe, hybrid, ssv-exact,
+  // ssv-approx), or a sparse config JSON file that replaces the preset (empty: use the preset).
+  QString modelSpec() const;
+  QString drafter() const;
+  QString tree() const;
+  void setSparsePreset(const QString& preset);
+  void setSparseConfigFile(const QString& path);
+  QString sparsePreset() const;
+  QString sparseConfigFile() const { return sparse_file_; }
+  static QStringList sparsePresets();
   // Where runs are recorded (default: the app data folder's sessions/).
   void setSessionDirectory(const QString& dir);
   QString sessionDirectory() const { return session_dir_; }
@@ -47,6 +59,12 @@ class RunPanel : public QWidget {
   QVector<int> charactersByKind() const { return chars_by_kind_; }
   double meanAcceptedLength() const;
   bool isRunning() const { return running_; }
+  // The last finished run's committed-KV traffic (bytes): what attention read, and dense's.
+  qint64 kvBytesRead() const { return kv_read_; }
+  qint64 kvBytesDense() const { return kv_dense_; }
+  QString countersText() const;
+  // The last failure's text ("" after a good run); it is also shown in a non-modal dialog.
+  QString lastError() const { return last_error_; }
 
  public slots:
   void startRun();
@@ -64,6 +82,8 @@ class RunPanel : public QWidget {
   void browseModelFile();
   void browseModelDirectory();
   void choosePromptFile();
+  void chooseSparseConfig();
+  void showError(const QString& message);
   void addPrompts(const QVector<LibraryPrompt>& prompts);
 
   QThread worker_thread_;
@@ -72,6 +92,14 @@ class RunPanel : public QWidget {
   QComboBox* drafter_ = nullptr;
   QLineEdit* tree_edit_ = nullptr;
   QComboBox* accept_ = nullptr;
+  QComboBox* sparse_ = nullptr;
+  QLabel* sparse_file_label_ = nullptr;
+  QPushButton* sparse_clear_ = nullptr;
+  QString sparse_file_;
+  QString last_error_;
+  QPointer<QMessageBox> error_box_;
+  qint64 kv_read_ = 0;
+  qint64 kv_dense_ = 0;
   QCheckBox* chat_box_ = nullptr;
   QSpinBox* max_tokens_ = nullptr;
   QDoubleSpinBox* temperature_ = nullptr;

@@ -10,6 +10,7 @@
 #include "ui/views/experts_view.h"
 #include "ui/views/heatmap_view.h"
 #include "ui/views/schedule_view.h"
+#include "ui/views/teach_view.h"
 #include "ui/views/timeline_view.h"
 
 namespace specula::ui {
@@ -25,7 +26,8 @@ constexpr Named kViews[] = {{"tree", SessionViewKind::kTree},
                             {"heatmap-blocks", SessionViewKind::kHeatmapBlocks},
                             {"schedule", SessionViewKind::kSchedule},
                             {"experts", SessionViewKind::kExperts},
-                            {"timeline", SessionViewKind::kTimeline}};
+                            {"timeline", SessionViewKind::kTimeline},
+                            {"teach", SessionViewKind::kTeach}};
 
 }  // namespace
 
@@ -57,6 +59,7 @@ QWidget* create_session_view(SessionViewKind kind, SessionDocument* document, QW
     case SessionViewKind::kSchedule: return new ScheduleView(document, parent);
     case SessionViewKind::kExperts: return new ExpertsView(document, parent);
     case SessionViewKind::kTimeline: return new TimelineView(document, parent);
+    case SessionViewKind::kTeach: return new TeachView(document, parent);
   }
   return nullptr;
 }

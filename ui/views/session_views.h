@@ -11,9 +11,9 @@ namespace specula::ui {
 
 class SessionDocument;
 
-enum class SessionViewKind { kTree, kHeatmapDistance, kHeatmapLayers, kHeatmapBlocks, kSchedule, kExperts, kTimeline };
+enum class SessionViewKind { kTree, kHeatmapDistance, kHeatmapLayers, kHeatmapBlocks, kSchedule, kExperts, kTimeline, kTeach };
 
-QStringList session_view_names();  // tree, heatmap-distance, heatmap-layers, heatmap-blocks, ...
+QStringList session_view_names();  // tree, heatmap-distance, heatmap-layers, heatmap-blocks, ..., teach
 std::optional<SessionViewKind> parse_session_view(const QString& name);
 QWidget* create_session_view(SessionViewKind kind, SessionDocument* document, QWidget* parent = nullptr);
 

@@ -49,6 +49,14 @@ TimelineView::TimelineView(SessionDocument* document, QWidget* parent)
   range_item_->setVisible(false);
   range_item_->topLeft->setTypeY(QCPItemPosition::ptAxisRectRatio);
   range_item_->bottomRight->setTypeY(QCPItemPosition::ptAxisRectRatio);
+  empty_text_ = new QCPItemText(plot_);
+  empty_text_->position->setType(QCPItemPosition::ptAxisRectRatio);
+  empty_text_->position->setCoords(0.5, 0.5);
+  empty_text_->setVisible(false);
+  note_ = new QLabel(this);
+  note_->setObjectName(QStringLiteral("timelineNote"));
+  note_->setWordWrap(true);
+  note_->setVisible(false);
 
   sorted_->setSourceModel(stats_);
   sorted_->setSortRole(Qt::UserRole);
@@ -75,6 +83,7 @@ TimelineView::TimelineView(SessionDocument* document, QWidget* parent)
   splitter->setStretchFactor(1, 2);
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(2, 2, 2, 2);
+  layout->addWidget(note_);
   layout->addWidget(splitter);
 
   stats_timer_->setSingleShot(true);
@@ -259,6 +268,12 @@ void TimelineView::rebuild() {
   plot_->yAxis->setTicker(ticker);
   plot_->yAxis->setRange(-0.6, std::max(1.0, plottable_->rowCount() - 0.4));
   plot_->xAxis->setRange(0, std::max(1.0, model_->extent().t1 / 1000.0));
+  note_text_ = document_->isOpen() ? QString::fromStdString(timeline_note(*document_->data())) : QString();
+  note_->setText(note_text_);
+  note_->setVisible(!note_text_.isEmpty());
+  empty_text_->setVisible(document_->isOpen() && model_->lanes().empty());
+  empty_text_->setText(note_text_.isEmpty() ? tr("Nothing to draw in this session") : note_text_);
+  empty_text_->setColor(palette().color(QPalette::WindowText));
   refreshStats();
   plot_->replot();
 }

@@ -11,6 +11,7 @@
 
 class QCustomPlot;
 class QCPItemRect;
+class QCPItemText;
 class QLabel;
 class QSortFilterProxyModel;
 class QTableView;
@@ -33,6 +34,8 @@ class TimelineView : public QWidget {
   QCustomPlot* plot() const { return plot_; }
   TimelinePlottable* plottable() const { return plottable_; }
   QString details() const;
+  // Why GPU lanes (or all lanes) are missing, shown above the plot; empty when kernels exist.
+  QString note() const { return note_text_; }
 
   // Visible range in ns relative to the model's origin.
   TimeRange visibleRange() const;
@@ -56,6 +59,9 @@ class TimelineView : public QWidget {
   QCustomPlot* plot_;
   TimelinePlottable* plottable_;
   QCPItemRect* range_item_;
+  QCPItemText* empty_text_;  // the note in the plot's middle when no lane is drawn
+  QLabel* note_;
+  QString note_text_;
   RangeStatsModel* stats_;
   QSortFilterProxyModel* sorted_;
   QTableView* table_;

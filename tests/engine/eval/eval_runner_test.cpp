@@ -1,9 +1,14 @@
 // The harness with a stub ItemRunner (no model): scores, agreement, accepted length, KV bytes,
-// goals and errors; and the dense KV-read count from known rounds.
+// goals and errors; and the dense KV-read count from known rounds. The engine runner's
+// keep_going (Cancel) on the default model.
 #include "engine/eval/runner.h"
 
 #include <gtest/gtest.h>
 #include <gmock/gmock.h>
+
+#include <filesystem>
+
+#include "engine/model/loader.h"
 
 namespace specula::eval {
 namespace {
@@ -100,6 +105,31 @@ TEST(EvalRunner, ErrorsNameTheItemAndRun) {
   ASSERT_FALSE(report);
   EXPECT_EQ(report.error().message, "gsm8k:0 (configured run): prompt has 9000 tokens, context is 8192");
   EXPECT_FALSE(run_eval(TaskKind::kGsm8k, {}, failing));
+}
+
+TEST(EvalRunner, KeepGoingFalseStopsTheRunAtTheNextTokenWithAnError) {
+  if (!std::filesystem::exists(resolve_model_path("default"))) GTEST_SKIP() << "skipped: default model not downloaded";
+  auto model = load_model(resolve_model_path("default"));
+  ASSERT_TRUE(model) << model.error().message;
+  SpeculativeEngine engine(*model, 1);
+  int asked = 0;
+  EngineRunnerOptions options;
+  options.strict.stop_at_eos = false;
+  options.keep_going = [&asked] { return ++asked < 3; };
+  const auto runner = make_engine_runner(engine, nullptr, options);
+  EvalItem item;
+  item.id = "count:0";
+  item.prompt = "one two three four five six";
+  item.max_tokens = 40;
+  auto out = runner(item, Verification::kStrict);
+  ASSERT_FALSE(out);
+  EXPECT_EQ(out.error().message, "count:0: cancelled");
+  EXPECT_EQ(asked, 4) << "three tokens, then the runner's own check; not 40 tokens";
+  options.keep_going = nullptr;
+  item.max_tokens = 5;
+  auto full = make_engine_runner(engine, nullptr, options)(item, Verification::kStrict);
+  ASSERT_TRUE(full) << full.error().message;
+  EXPECT_EQ(full->tokens.size(), 5u);
 }
 
 }  // namespace

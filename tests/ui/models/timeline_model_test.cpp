@@ -148,6 +148,24 @@ TEST(TimelineModel, KernelStatisticsOfARange) {
 namespace specula::ui {
 namespace {
 
+TEST(TimelineModel, NoteSaysWhyGpuLanesAreMissing) {
+  SessionData data;
+  data.info.backend = "cuda";
+  data.info.device = "NVIDIA H100";
+  data.info.level = "summary";
+  EXPECT_EQ(timeline_note(data),
+            "No GPU kernels in this session: it ran on NVIDIA H100, but the kernel capture (CUPTI) was unavailable or "
+            "recorded none. No engine phases were recorded either (level summary), so nothing is drawn.");
+  data.info.backend = "cpu";
+  data.info.device = "Xeon";
+  data.nvtx.push_back({0, 10, "verify", 1, 0});
+  EXPECT_EQ(timeline_note(data),
+            "No GPU records in this session: it was recorded on the CPU (backend cpu, Xeon). Only the engine's phases "
+            "are drawn.");
+  data.kernels.emplace_back();
+  EXPECT_EQ(timeline_note(data), "");
+}
+
 TEST(RangeStatsModel, FormatsDurationsAndSortsByRawValues) {
   EXPECT_EQ(format_duration(830), "830 ns");
   EXPECT_EQ(format_duration(250'000), "250 µs");

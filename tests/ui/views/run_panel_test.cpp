@@ -1,13 +1,17 @@
 // The run panel, headless (QT_QPA_PLATFORM=offscreen): a real ngram run of the default model
-// streams coloured segments and is recorded as a session; bad input fails cleanly.
+// streams coloured segments and is recorded as a session; sparse presets and config files reach
+// the engine (KV traffic against dense); bad input and engine errors fail cleanly in a
+// non-modal dialog and the panel runs again afterwards.
 #include "ui/views/run_panel.h"
 
 #include <gtest/gtest.h>
 
 #include <QApplication>
 #include <QEventLoop>
+#include <QMessageBox>
 #include <QTemporaryDir>
 #include <QTimer>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -91,6 +95,121 @@ TEST(RunPanel, MissingModelAndBadTreeFailCleanly) {
   ASSERT_TRUE(outcome.has_value());
   EXPECT_FALSE(*outcome);
   EXPECT_FALSE(panel.isRunning());
+}
+
+bool have_default_model() { return std::filesystem::exists(resolve_model_path("default")); }
+
+// ~170 prompt tokens, so a config with a small L_b drops blocks in every verify forward.
+QString long_prompt() {
+  QString text;
+  for (int i = 0; i < 16; ++i) text += QStringLiteral("The river %1 runs past the old mill and the bridge. ").arg(i);
+  return text;
+}
+
+QMessageBox* error_dialog(RunPanel& panel) { return panel.findChild<QMessageBox*>(QStringLiteral("runErrorDialog")); }
+
+TEST(RunPanel, SparseConfigReadsLessKvThanStrictAndIsRecorded) {
+  if (!have_default_model()) GTEST_SKIP() << "skipped: default model not downloaded";
+  QTemporaryDir dir;
+  RunPanel panel;
+  panel.setSessionDirectory(dir.path());
+  panel.setDrafter("ngram");
+  panel.setChat(false);
+  panel.setMaxTokens(12);
+  panel.setPrompt(long_prompt());
+  EXPECT_EQ(RunPanel::sparsePresets(),
+            QStringList({"strict", "sa", "sa-reuse", "sffn", "smoe", "hybrid", "ssv-exact", "ssv-approx"}));
+
+  panel.setSparsePreset("strict");
+  auto outcome = run_and_wait(panel, 120000);
+  ASSERT_TRUE(outcome.has_value() && *outcome) << panel.lastError().toStdString();
+  EXPECT_GT(panel.kvBytesDense(), 0);
+  EXPECT_EQ(panel.kvBytesRead(), panel.kvBytesDense()) << "strict reads every committed row";
+  EXPECT_TRUE(panel.countersText().contains("(100.0%)")) << panel.countersText().toStdString();
+
+  const QString config = dir.filePath("sa.json");
+  std::ofstream(config.toStdString()) << R"({"preset": "sa", "dense_below": 32, "eta": 0.1})";
+  panel.setSparseConfigFile(config);
+  outcome = run_and_wait(panel, 120000);
+  ASSERT_TRUE(outcome.has_value() && *outcome) << panel.lastError().toStdString();
+  ASSERT_GT(panel.kvBytesDense(), 0);
+  EXPECT_LT(panel.kvBytesRead(), panel.kvBytesDense() * 3 / 4) << "SA with L_b 32 and eta 0.1 drops most blocks";
+  EXPECT_GT(panel.kvBytesRead(), 0);
+  std::printf("sa (L_b 32, eta 0.1): KV read %lld of %lld bytes dense\n", static_cast<long long>(panel.kvBytesRead()),
+              static_cast<long long>(panel.kvBytesDense()));
+  auto store = profiler::SessionStore::open(panel.lastSessionPath().toStdString());
+  ASSERT_TRUE(store) << store.error().message;
+  auto info = store->read_session();
+  ASSERT_TRUE(info);
+  EXPECT_NE(info->config_json.find(R"("preset":"sa")"), std::string::npos) << info->config_json;
+  EXPECT_NE(info->config_json.find(R"("dense_below":32)"), std::string::npos) << info->config_json;
+}
+
+TEST(RunPanel, EngineRefusalsShowTheEngineErrorAndThePanelRunsAgain) {
+  if (!have_default_model()) GTEST_SKIP() << "skipped: default model not downloaded";
+  QTemporaryDir dir;
+  RunPanel panel;
+  panel.setSessionDirectory(dir.path());
+  panel.setChat(false);
+  panel.setMaxTokens(4);
+  panel.setPrompt("Hello there");
+
+  panel.setSparsePreset("smoe");  // the default model is dense
+  auto outcome = run_and_wait(panel, 60000);
+  ASSERT_TRUE(outcome.has_value());
+  EXPECT_FALSE(*outcome);
+  EXPECT_TRUE(panel.lastError().contains("no MoE layers")) << panel.lastError().toStdString();
+  QMessageBox* dialog = error_dialog(panel);
+  ASSERT_NE(dialog, nullptr);
+  EXPECT_TRUE(dialog->isVisible());
+  EXPECT_FALSE(dialog->isModal());
+  EXPECT_EQ(dialog->text(), panel.lastError());
+
+  const QString bad = dir.filePath("bad.json");
+  std::ofstream(bad.toStdString()) << R"({"preset": "sa", "etaa": 0.1})";
+  panel.setSparseConfigFile(bad);
+  outcome = run_and_wait(panel, 60000);
+  ASSERT_TRUE(outcome.has_value());
+  EXPECT_FALSE(*outcome);
+  EXPECT_TRUE(panel.lastError().contains("unknown key 'etaa'")) << panel.lastError().toStdString();
+  EXPECT_EQ(error_dialog(panel), dialog) << "one dialog, updated";
+  EXPECT_EQ(dialog->text(), panel.lastError());
+
+  panel.setSparseConfigFile(QString());
+  panel.setSparsePreset("sffn");
+  outcome = run_and_wait(panel, 60000);
+  ASSERT_TRUE(outcome.has_value());
+  EXPECT_TRUE(*outcome) << panel.lastError().toStdString();
+  EXPECT_TRUE(panel.lastError().isEmpty());
+}
+
+TEST(RunPanel, CorruptModelFileRaisesADialogAndTheDefaultModelStillRuns) {
+  QTemporaryDir dir;
+  const QString corrupt = dir.filePath("corrupt.gguf");
+  {
+    std::ofstream out(corrupt.toStdString(), std::ios::binary);
+    out << "GGUF";  // the magic, then garbage where the version and counts belong
+    for (int i = 0; i < 4096; ++i) out.put(static_cast<char>((i * 131) & 0xff));
+  }
+  RunPanel panel;
+  panel.setSessionDirectory(dir.path());
+  panel.setChat(false);
+  panel.setMaxTokens(4);
+  panel.setPrompt("Hello there");
+  panel.setModelSpec(corrupt);
+  auto outcome = run_and_wait(panel, 60000);
+  ASSERT_TRUE(outcome.has_value()) << "a corrupt model must not hang the worker";
+  EXPECT_FALSE(*outcome);
+  EXPECT_FALSE(panel.lastError().isEmpty());
+  QMessageBox* dialog = error_dialog(panel);
+  ASSERT_NE(dialog, nullptr);
+  EXPECT_TRUE(dialog->isVisible());
+  EXPECT_FALSE(panel.isRunning());
+  if (!have_default_model()) GTEST_SKIP() << "skipped: default model not downloaded";
+  panel.setModelSpec("default");
+  outcome = run_and_wait(panel, 60000);
+  ASSERT_TRUE(outcome.has_value());
+  EXPECT_TRUE(*outcome) << panel.lastError().toStdString();
 }
 
 }  // namespace

@@ -8,6 +8,8 @@
 #include <QDir>
 #include <QEventLoop>
 #include <QImage>
+#include <QKeyEvent>
+#include <QLabel>
 #include <QProcess>
 #include <QSet>
 #include <QTemporaryDir>
@@ -23,6 +25,7 @@
 #include "ui/views/plot_theme.h"
 #include "ui/views/schedule_view.h"
 #include "ui/views/session_views.h"
+#include "ui/views/teach_view.h"
 #include "ui/views/timeline_plottable.h"
 #include "ui/views/timeline_view.h"
 
@@ -184,6 +187,93 @@ TEST_F(SessionViews, TimelineRangeFiltersTheStatistics) {
   EXPECT_EQ(stats->data(stats->index(0, RangeStatsModel::kCount), Qt::UserRole).toLongLong(), 1);
   view.clearRange();  // back to the visible range: everything
   EXPECT_EQ(stats->rowCount(), 3);
+}
+
+TEST_F(SessionViews, TeachingStepsThroughTheStagesAndRounds) {
+  document_.setRound(3);
+  TeachView view(&document_);
+  view.resize(1000, 650);
+  view.show();
+  QCoreApplication::processEvents();
+  EXPECT_EQ(view.stage(), TeachStage::kDraft);
+  EXPECT_EQ(view.highlightedStageTitle(), "Draft");
+  EXPECT_TRUE(view.explanation().startsWith("Round 3: the ngram drafter")) << view.explanation().toStdString();
+  QStringList seen;
+  for (int i = 0; i < kTeachStageCount; ++i) {
+    seen << view.highlightedStageTitle();
+    EXPECT_FALSE(seen.mid(0, i).contains(view.highlightedStageTitle()));
+    const QString before = view.explanation();
+    if (i + 1 < kTeachStageCount) {
+      QKeyEvent right(QEvent::KeyPress, Qt::Key_Right, Qt::NoModifier);
+      QCoreApplication::sendEvent(&view, &right);
+      EXPECT_NE(view.explanation(), before) << "stage " << i;
+    }
+  }
+  EXPECT_EQ(seen, QStringList({"Draft", "Select blocks", "Verify", "Accept", "Commit"}));
+  EXPECT_TRUE(view.explanation().contains("rolled back")) << view.explanation().toStdString();
+  view.next();  // past commit: the next round's draft
+  EXPECT_EQ(document_.round(), 4);
+  EXPECT_EQ(view.stage(), TeachStage::kDraft);
+  EXPECT_TRUE(view.explanation().startsWith("Round 4:"));
+  view.previous();  // before draft: the previous round's commit
+  EXPECT_EQ(document_.round(), 3);
+  EXPECT_EQ(view.stage(), TeachStage::kCommit);
+
+  auto* text = view.findChild<QLabel*>("teachExplanation");
+  ASSERT_NE(text, nullptr);
+  view.setPresentationScale(1.0);
+  const double normal = text->font().pointSizeF();
+  view.setPresentationScale(2.0);
+  EXPECT_NEAR(text->font().pointSizeF(), 2.0 * normal, 1e-6) << "projector scale";
+  QKeyEvent minus(QEvent::KeyPress, Qt::Key_Minus, Qt::NoModifier);
+  QCoreApplication::sendEvent(&view, &minus);
+  EXPECT_EQ(view.presentationScale(), 1.75);
+  view.setPresentationScale(100);
+  EXPECT_EQ(view.presentationScale(), 4.0);
+}
+
+TEST_F(SessionViews, TeachScreenshotsDifferByStage) {
+  QStringList shots;
+  for (const char* stage : {"draft", "accept"}) {
+    const QString out = QDir(shot_dir()).filePath(QStringLiteral("teach-%1.png").arg(QLatin1String(stage)));
+    QProcess p;
+    p.start(SPECULA_GUI, {"--session", path_, "--view", "teach", "--round", "3", "--stage", stage, "--screenshot", out});
+    ASSERT_TRUE(p.waitForFinished(60000));
+    ASSERT_EQ(p.exitCode(), 0) << p.readAllStandardError().toStdString();
+    shots << out;
+  }
+  const QImage draft(shots[0]), accept(shots[1]);
+  ASSERT_FALSE(draft.isNull());
+  ASSERT_EQ(draft.size(), accept.size());
+  EXPECT_GT(distinct_colours(accept), 4);
+  EXPECT_NE(draft, accept) << "the accept stage highlights the path";
+  QProcess bad;
+  bad.start(SPECULA_GUI, {"--session", path_, "--view", "teach", "--stage", "lunch", "--screenshot", shots[0]});
+  ASSERT_TRUE(bad.waitForFinished(60000));
+  EXPECT_EQ(bad.exitCode(), 2);
+  EXPECT_TRUE(bad.readAllStandardError().contains("--stage: unknown stage 'lunch'"));
+}
+
+TEST_F(SessionViews, TimelineSaysWhyItHasNoGpuLanes) {
+  {
+    TimelineView view(&document_);
+    EXPECT_TRUE(view.note().isEmpty()) << "the GPU fixture has kernels";
+    EXPECT_FALSE(view.findChild<QLabel*>("timelineNote")->isVisibleTo(&view));
+  }
+  const QString cpu = dir_.filePath("cpu.sqlite");
+  ASSERT_EQ(testing::write_fixture_session(cpu.toStdString(), /*with_kernels=*/false), "");
+  SessionDocument document;
+  QString error;
+  ASSERT_TRUE(document.open(cpu, &error)) << error.toStdString();
+  TimelineView view(&document);
+  EXPECT_TRUE(view.note().startsWith("No GPU records in this session: it was recorded on the CPU (backend cpu"))
+      << view.note().toStdString();
+  EXPECT_TRUE(view.note().endsWith("Only the engine's phases are drawn.")) << view.note().toStdString();
+  auto* label = view.findChild<QLabel*>("timelineNote");
+  ASSERT_NE(label, nullptr);
+  EXPECT_TRUE(label->isVisibleTo(&view));
+  EXPECT_EQ(label->text(), view.note());
+  EXPECT_FALSE(view.model().lanes().empty()) << "the phases are still drawn";
 }
 
 TEST_F(SessionViews, TimelineClickShowsKernelDetailsAndZoomKeepsTheAnchor) {
