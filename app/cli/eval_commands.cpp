@@ -32,6 +32,7 @@ Status check_eval_flags(const EvalArgs& args, eval::TaskKind task) {
     return make_error("eval --task " + args.task + " needs --data FILE (" +
                       (task == TaskKind::kGsm8k ? "GSM8K jsonl" : "Spec-Bench jsonl") + ")");
   }
+  if (args.few_shot && task != TaskKind::kGsm8k) return make_error("eval: --few-shot is for --task gsm8k");
   if (task == TaskKind::kPasskey && args.data) return make_error("eval --task passkey builds its own data; drop --data");
   if (args.data) {
     std::error_code ec;
@@ -52,7 +53,13 @@ Expected<std::vector<eval::EvalItem>> build_items(const EvalArgs& args, eval::Ta
   };
   Expected<std::vector<eval::EvalItem>> items = std::vector<eval::EvalItem>{};
   switch (task) {
-    case TaskKind::kGsm8k: items = eval::load_gsm8k(*args.data, limit); break;
+    case TaskKind::kGsm8k:
+      items = eval::load_gsm8k(*args.data, limit);
+      if (items && args.few_shot) {
+        if (auto ok = eval::pad_gsm8k_few_shot(*items, *args.data, args.context, count); !ok) return ok.error();
+        notes["few_shot_context"] = args.context;
+      }
+      break;
     case TaskKind::kSpecbench: items = eval::load_specbench(*args.data, limit); break;
     case TaskKind::kPasskey: {
       eval::PasskeyOptions o;
@@ -148,6 +155,8 @@ EvalCommand::EvalCommand(CLI::App& app, SpeculationFlagAdder add_speculation_fla
   command_->add_flag("--json", a.json, "Print the JSON report instead of the table");
   command_->add_flag("--per-item", a.per_item, "Include every item's outputs and scores in the JSON report");
   command_->add_option("--out", a.out, "Also write the JSON report (with per-item rows) to this file");
+  command_->add_flag("--few-shot", a.few_shot,
+                     "gsm8k: fill each prompt up to --context tokens with solved examples from --data");
   command_->add_option("--first", a.first, "Skip this many items first (to split a task across processes)")
       ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();

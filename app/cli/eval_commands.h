@@ -24,6 +24,7 @@ struct EvalArgs {
   bool json = false;
   bool per_item = false;
   std::optional<std::string> out;
+  bool few_shot = false;           // gsm8k: solved examples up to `context` tokens
   int first = 0;                   // items skipped at the start (to split a task across processes)
   std::vector<std::string> sweep;  // sparse config files, each compared with one shared strict run
   SpeculationArgs spec;
