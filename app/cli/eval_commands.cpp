@@ -194,7 +194,7 @@ int run_eval(const EvalArgs& args) {
       SpeculationArgs spec = args.spec;
       spec.sparse_config = file;
       auto one = sparse_config(spec, *model);
-      if (!one) return fail(file + ": " + one.error().message);
+      if (!one) return fail(one.error().message);  // it names the file
       sparse.push_back(std::move(*one));
       names.push_back(std::filesystem::path(file).stem().string());
     }

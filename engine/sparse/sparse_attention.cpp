@@ -93,7 +93,8 @@ std::vector<int32_t> SparseSelection::select_one(int layer, int64_t h, const flo
       }
     }
   }
-  return select_blocks(scores, k_, cfg_.sink_blocks, cfg_.local_blocks);
+  if (cfg_.successor_blocks == 0) return select_blocks(scores, k_, cfg_.sink_blocks, cfg_.local_blocks);
+  return select_blocks_with_successors(scores, k_, cfg_.sink_blocks, cfg_.local_blocks, cfg_.successor_blocks);
 }
 
 void SparseSelection::select(int layer, const float* q, int64_t q_stride) {

@@ -56,9 +56,13 @@ struct SparseConfig {
   //                over the blocks first (NSA's group-shared selection sums the heads' attention
   //                probabilities), so a head with large logits cannot outvote the others
   //   "prob-max"   max_g of the same per-head shares: a block any head wants is kept
-  // prob-sum is the default: on held-out texts at 21% of blocks it flips 5.75% of greedy tokens
-  // where logit-sum flips 7.25%, with 24% less KL to dense (docs/sparse-eval.md, fidelity).
-  std::string group_score = "prob-sum";
+  // logit-sum stays the default: prob-sum had 24% less KL to dense teacher-forced on held-out
+  // texts at 4K, but did no better end to end on the eval table (docs/sparse-eval.md).
+  std::string group_score = "logit-sum";
+  // Each block chosen by score also brings the next `successor_blocks` blocks, inside the same
+  // budget: the draft tokens after the first one continue what the first query found, and
+  // that continuation often lies in the following block (passkey: " Remember it." after the key).
+  int successor_blocks = 0;
   // The first dense_layers layers attend densely (Quest leaves its first two layers dense: their
   // attention is the least concentrated).
   int dense_layers = 0;

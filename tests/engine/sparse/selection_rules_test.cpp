@@ -1,10 +1,12 @@
-// How a GQA group's query heads combine into one block score, on a hand-built cache where the
-// answer is known: one head with large logits wants block 1, the two others want block 2.
+// Selection rules on a hand-built cache where the answer is known: how a GQA group's query heads
+// combine into one block score (one head with large logits wants block 1, the two others want
+// block 2), and successor blocks.
 #include <gtest/gtest.h>
 
 #include <vector>
 
 #include "engine/sparse/sparse_attention.h"
+#include "kernels/cpu/block_select.h"
 
 namespace specula {
 namespace {
@@ -28,13 +30,14 @@ KvCache make_cache() {
 
 // Blocks chosen with 3 query heads: head A = (10, 0) (logit 10 on block 1), heads B, C = (0, 1)
 // (logit 3 on block 2). k = 3 with 1 sink and 1 local block leaves one block to choose.
-std::vector<int32_t> choose(const KvCache& kv, const std::string& group_score) {
+std::vector<int32_t> choose(const KvCache& kv, const std::string& group_score, int successors = 0) {
   SparseConfig c = *sparse_preset("sa");
   c.dense_below = 0;
   c.eta = 0.5;  // ceil(0.5 · 48 / 8) = 3 blocks
   c.sink_blocks = 1;
   c.local_blocks = 1;
   c.group_score = group_score;
+  c.successor_blocks = successors;
   SparseStats stats;
   SparseSelection selection(c, kv, /*n_heads=*/3, /*rows=*/1, {}, nullptr, 0, &stats);
   EXPECT_TRUE(selection.active());
@@ -55,11 +58,29 @@ TEST(GroupScore, LogitSumFollowsTheLoudHeadProbSumTheMajorityProbMaxTheMostCerta
   EXPECT_EQ(choose(kv, "prob-max"), (std::vector<int32_t>{0, 1, 5}));
 }
 
+TEST(SuccessorBlocks, RuleOnScores) {
+  // Scores peak at block 3, then block 6; sink 1, local 1 of 10 blocks.
+  const std::vector<float> scores = {0, 0, 0, 9, 0, 0, 5, 0, 1, 0};
+  EXPECT_EQ(select_blocks(scores, 4, 1, 1), (std::vector<int32_t>{0, 3, 6, 9}));
+  EXPECT_EQ(select_blocks_with_successors(scores, 4, 1, 1, 1), (std::vector<int32_t>{0, 3, 4, 9}));
+  EXPECT_EQ(select_blocks_with_successors(scores, 6, 1, 1, 1), (std::vector<int32_t>{0, 3, 4, 6, 7, 9}));
+  EXPECT_EQ(select_blocks_with_successors(scores, 20, 1, 1, 1).size(), 10u) << "a budget over the blocks keeps them all";
+}
+
+TEST(SuccessorBlocks, ChosenThroughTheConfig) {
+  const KvCache kv = make_cache();
+  // Budget 3 = sink 0 + local 5 + block 1 (logit-sum); with a successor there is no room for block 2.
+  EXPECT_EQ(choose(kv, "logit-sum", 1), (std::vector<int32_t>{0, 1, 5}));
+}
+
 TEST(GroupScore, ConfigNamesTheRulesAndRejectsOthers) {
-  auto c = sparse_config_from_json({{"preset", "sa"}, {"group_score", "prob-sum"}, {"dense_layers", 2}});
+  auto c = sparse_config_from_json(
+      {{"preset", "sa"}, {"group_score", "prob-sum"}, {"dense_layers", 2}, {"successor_blocks", 1}});
   ASSERT_TRUE(c.ok()) << c.error().message;
   EXPECT_EQ(c->group_score, "prob-sum");
   EXPECT_EQ(c->dense_layers, 2);
+  EXPECT_EQ(c->successor_blocks, 1);
+  EXPECT_EQ(sparse_preset("sa")->group_score, "logit-sum") << "the issue's rule stays the default";
   EXPECT_EQ(c->to_json()["group_score"], "prob-sum");
   auto bad = sparse_config_from_json({{"preset", "sa"}, {"group_score", "mean"}});
   ASSERT_FALSE(bad.ok());
