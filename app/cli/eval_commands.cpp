@@ -32,10 +32,14 @@ Status check_eval_flags(const EvalArgs& args, eval::TaskKind task) {
     return make_error("eval --task " + args.task + " needs --data FILE (" +
                       (task == TaskKind::kGsm8k ? "GSM8K jsonl" : "Spec-Bench jsonl") + ")");
   }
+  if (args.few_shot && task != TaskKind::kGsm8k) return make_error("eval: --few-shot is for --task gsm8k");
   if (task == TaskKind::kPasskey && args.data) return make_error("eval --task passkey builds its own data; drop --data");
   if (args.data) {
     std::error_code ec;
     if (!std::filesystem::is_regular_file(*args.data, ec)) return make_error(*args.data + ": no such data file");
+  }
+  if (!args.sweep.empty() && (args.spec.sparse_config || args.spec.sparse != "strict")) {
+    return make_error("eval: --sweep names the configurations; drop --sparse and --sparse-config");
   }
   return check_speculation_flags(args.spec, 0.0f);
 }
@@ -43,17 +47,23 @@ Status check_eval_flags(const EvalArgs& args, eval::TaskKind task) {
 Expected<std::vector<eval::EvalItem>> build_items(const EvalArgs& args, eval::TaskKind task, const Model& model,
                                                   nlohmann::json& notes) {
   using eval::TaskKind;
-  const int limit = args.limit.value_or(0);
+  const int limit = args.limit ? *args.limit + args.first : 0;  // 0: all
   const eval::TokenCounter count = [&model](std::string_view text) {
     return static_cast<int64_t>(model.tokenizer.encode(text, /*parse_special=*/false).size());
   };
   Expected<std::vector<eval::EvalItem>> items = std::vector<eval::EvalItem>{};
   switch (task) {
-    case TaskKind::kGsm8k: items = eval::load_gsm8k(*args.data, limit); break;
+    case TaskKind::kGsm8k:
+      items = eval::load_gsm8k(*args.data, limit);
+      if (items && args.few_shot) {
+        if (auto ok = eval::pad_gsm8k_few_shot(*items, *args.data, args.context, count); !ok) return ok.error();
+        notes["few_shot_context"] = args.context;
+      }
+      break;
     case TaskKind::kSpecbench: items = eval::load_specbench(*args.data, limit); break;
     case TaskKind::kPasskey: {
       eval::PasskeyOptions o;
-      o.items = args.limit.value_or(20);
+      o.items = args.limit.value_or(20) + args.first;
       o.context_tokens = args.context;
       o.seed = args.seed;
       items = eval::make_passkey_items(o, count);
@@ -81,6 +91,13 @@ Expected<std::vector<eval::EvalItem>> build_items(const EvalArgs& args, eval::Ta
     }
   }
   if (!items) return items;
+  if (args.first > 0) {
+    if (args.first >= static_cast<int>(items->size())) {
+      return make_error("eval --first " + std::to_string(args.first) + ": the task has only " +
+                        std::to_string(items->size()) + " items");
+    }
+    items->erase(items->begin(), items->begin() + args.first);
+  }
   if (args.max_tokens) {
     for (auto& item : *items) item.max_tokens = *args.max_tokens;
   }
@@ -138,6 +155,15 @@ EvalCommand::EvalCommand(CLI::App& app, SpeculationFlagAdder add_speculation_fla
   command_->add_flag("--json", a.json, "Print the JSON report instead of the table");
   command_->add_flag("--per-item", a.per_item, "Include every item's outputs and scores in the JSON report");
   command_->add_option("--out", a.out, "Also write the JSON report (with per-item rows) to this file");
+  command_->add_flag("--few-shot", a.few_shot,
+                     "gsm8k: fill each prompt up to --context tokens with solved examples from --data");
+  command_->add_option("--first", a.first, "Skip this many items first (to split a task across processes)")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  command_->add_option("--sweep", a.sweep,
+                       "Sparse config files (JSON, as --sparse-config): each item runs strict once and once per "
+                       "file; the report is {\"sweep\": [one report per file]}")
+      ->check(CLI::ExistingFile);
   add_speculation_flags(command_, a.spec);
 }
 
@@ -156,13 +182,30 @@ int run_eval(const EvalArgs& args) {
   if (!drafter) return fail(drafter.error().message);
 
   const auto base = speculative_options(args.spec, 64, SamplingParams{}, args.kv_block_size);
-  auto sparse = sparse_config(args.spec, *model);
-  if (!sparse) return fail(sparse.error().message);
-  auto configured = base;
-  configured.sparse = *sparse;  // the strict run keeps base's strict config
+  // The configurations under test: --sparse / --sparse-config, or every --sweep file.
+  std::vector<SparseConfig> sparse;
+  std::vector<std::string> names;
+  if (args.sweep.empty()) {
+    auto one = sparse_config(args.spec, *model);
+    if (!one) return fail(one.error().message);
+    sparse.push_back(std::move(*one));
+  } else {
+    for (const auto& file : args.sweep) {
+      SpeculationArgs spec = args.spec;
+      spec.sparse_config = file;
+      auto one = sparse_config(spec, *model);
+      if (!one) return fail(one.error().message);  // it names the file
+      sparse.push_back(std::move(*one));
+      names.push_back(std::filesystem::path(file).stem().string());
+    }
+  }
+  std::vector<SpeculativeOptions> configured(sparse.size(), base);
+  for (size_t i = 0; i < sparse.size(); ++i) configured[i].sparse = sparse[i];  // strict keeps base's strict config
   SpeculativeEngine engine(*model, args.threads);
-  eval::EngineRunnerOptions runner_options{base, configured, nullptr};
-  const auto runner = eval::make_engine_runner(engine, drafter->get(), runner_options);
+  // Every run of an item starts from the same dense prefill; it is computed once per item.
+  PrefillCache prefill_cache;
+  engine.transformer().set_prefill_cache(&prefill_cache);
+  const auto runner = eval::make_engine_sweep_runner(engine, drafter->get(), base, configured);
   bool shown = false;
   const eval::EvalProgress progress = [&args, &shown](size_t done, size_t total, const eval::ItemResult& last) {
     if (args.json) return;
@@ -170,36 +213,50 @@ int run_eval(const EvalArgs& args) {
     std::fflush(stderr);
     shown = true;
   };
-  auto report = eval::run_eval(*task, *items, runner, progress);
+  auto reports = eval::run_eval_sweep(*task, *items, static_cast<int>(configured.size()), runner, progress);
   // The progress line ends with the run; an error line replaces it (one line on stderr).
-  if (shown) std::fputc(report ? '\n' : '\r', stderr);
-  if (!report) return fail(report.error().message);
+  if (shown) std::fputc(reports ? '\n' : '\r', stderr);
+  if (!reports) return fail(reports.error().message);
 
-  auto header = [&](bool per_item) {
+  auto header = [&](size_t i, bool per_item) {
     nlohmann::json j = {{"model", model->path.string()},
                         {"data", args.data ? nlohmann::json(*args.data) : nlohmann::json(nullptr)},
-                        {"sparse", sparse->to_json()},
+                        {"sparse", sparse[i].to_json()},
                         {"drafter", *drafter ? (*drafter)->name() : std::string("none")},
                         {"tree", base.tree.to_string()},
                         {"accept", "greedy"},
                         {"controller", false},  // make_engine_runner speculates every round
                         {"context", args.context},
                         {"kv_block_size", args.kv_block_size},
-                        {"threads", engine.transformer().threads()}};
+                        {"threads", engine.transformer().threads()},
+                        {"first_item", args.first}};
+    if (!names.empty()) {
+      j["name"] = names[i];
+      j["sparse_config_file"] = args.sweep[i];
+    }
     j.update(notes);
-    j.update(eval::to_json(*report, per_item));
+    j.update(eval::to_json((*reports)[i], per_item));
     return j;
+  };
+  // One report, or {"sweep": [report, ...]} in --sweep's order.
+  auto document = [&](bool per_item) {
+    if (names.empty()) return header(0, per_item);
+    nlohmann::json all = nlohmann::json::array();
+    for (size_t i = 0; i < sparse.size(); ++i) all.push_back(header(i, per_item));
+    return nlohmann::json{{"sweep", all}};
   };
   if (args.out) {
     std::ofstream out(*args.out, std::ios::binary);
     if (!out) return fail(*args.out + ": cannot write the JSON report");
-    out << dump(header(true), 2) << "\n";
+    out << dump(document(true), 2) << "\n";
   }
-  const auto j = header(args.per_item);
   if (args.json) {
-    std::puts(dump(j).c_str());
+    std::puts(dump(document(args.per_item)).c_str());
   } else {
-    print_table(j);
+    for (size_t i = 0; i < sparse.size(); ++i) {
+      if (!names.empty()) std::printf("%s== %s\n", i ? "\n" : "", names[i].c_str());
+      print_table(header(i, false));
+    }
   }
   return 0;
 }

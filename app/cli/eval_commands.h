@@ -2,6 +2,8 @@
 // specula-cli eval: task scores of strict verification and of a verification configuration,
 // their agreement, mean accepted lengths and KV bytes read (engine/eval/runner.h).
 #include <memory>
+#include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -22,6 +24,9 @@ struct EvalArgs {
   bool json = false;
   bool per_item = false;
   std::optional<std::string> out;
+  bool few_shot = false;           // gsm8k: solved examples up to `context` tokens
+  int first = 0;                   // items skipped at the start (to split a task across processes)
+  std::vector<std::string> sweep;  // sparse config files, each compared with one shared strict run
   SpeculationArgs spec;
 };
 

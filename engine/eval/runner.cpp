@@ -81,34 +81,51 @@ EvalGoals check_goals(const EvalSummary& s) {
   return g;
 }
 
-Expected<EvalReport> run_eval(TaskKind task, std::span<const EvalItem> items, const ItemRunner& runner,
-                              const EvalProgress& progress) {
+Expected<std::vector<EvalReport>> run_eval_sweep(TaskKind task, std::span<const EvalItem> items, int n_configs,
+                                                 const SweepRunner& runner, const EvalProgress& progress) {
   if (items.empty()) return make_error("eval: no items to run");
-  EvalReport report;
-  report.task = task;
+  if (n_configs < 1) return make_error("eval: no configuration to compare with strict");
+  std::vector<EvalReport> reports(static_cast<size_t>(n_configs));
+  for (auto& report : reports) report.task = task;
   for (size_t i = 0; i < items.size(); ++i) {
     const EvalItem& item = items[i];
-    ItemResult r;
-    r.id = item.id;
-    for (auto [which, out] : {std::pair{Verification::kStrict, &r.strict}, std::pair{Verification::kConfigured, &r.configured}}) {
-      auto run = runner(item, which);
+    auto strict = runner(item, -1);
+    if (!strict) return make_error(item.id + " (strict run): " + strict.error().message);
+    const auto strict_score = score_output(task, item, strict->text);
+    for (int c = 0; c < n_configs; ++c) {
+      auto run = runner(item, c);
       if (!run) {
-        return make_error(item.id + " (" + (which == Verification::kStrict ? "strict" : "configured") +
-                          " run): " + run.error().message);
+        return make_error(item.id + " (configured run" + (n_configs > 1 ? " " + std::to_string(c) : std::string()) +
+                          "): " + run.error().message);
       }
-      *out = std::move(*run);
+      ItemResult r;
+      r.id = item.id;
+      r.strict = *strict;
+      r.configured = std::move(*run);
+      r.strict_score = strict_score;
+      r.configured_score = score_output(task, item, r.configured.text);
+      r.agreement = token_agreement(r.strict.tokens, r.configured.tokens);
+      // rouge_score gives 0 when a side is empty; two identical (even empty) outputs agree fully.
+      r.rouge = r.strict.text == r.configured.text ? RougeScore{1, 1, 1} : rouge_l(r.configured.text, r.strict.text);
+      reports[static_cast<size_t>(c)].items.push_back(std::move(r));
     }
-    r.strict_score = score_output(task, item, r.strict.text);
-    r.configured_score = score_output(task, item, r.configured.text);
-    r.agreement = token_agreement(r.strict.tokens, r.configured.tokens);
-    // rouge_score gives 0 when a side is empty; two identical (even empty) outputs agree fully.
-    r.rouge = r.strict.text == r.configured.text ? RougeScore{1, 1, 1} : rouge_l(r.configured.text, r.strict.text);
-    report.items.push_back(std::move(r));
-    if (progress) progress(i + 1, items.size(), report.items.back());
+    if (progress) progress(i + 1, items.size(), reports.back().items.back());
   }
-  report.summary = summarize(report.items);
-  report.goals = check_goals(report.summary);
-  return report;
+  for (auto& report : reports) {
+    report.summary = summarize(report.items);
+    report.goals = check_goals(report.summary);
+  }
+  return reports;
+}
+
+Expected<EvalReport> run_eval(TaskKind task, std::span<const EvalItem> items, const ItemRunner& runner,
+                              const EvalProgress& progress) {
+  const SweepRunner one = [&runner](const EvalItem& item, int config) {
+    return runner(item, config < 0 ? Verification::kStrict : Verification::kConfigured);
+  };
+  auto reports = run_eval_sweep(task, items, 1, one, progress);
+  if (!reports) return reports.error();
+  return std::move(reports->front());
 }
 
 nlohmann::json to_json(const EvalReport& report, bool per_item) {
@@ -175,39 +192,60 @@ std::vector<int32_t> encode_item_prompt(const Tokenizer& tokenizer, const EvalIt
   return prompt;
 }
 
+namespace {
+
+Expected<RunOutput> run_on_engine(SpeculativeEngine& engine, Drafter* drafter, const EvalItem& item,
+                                  SpeculativeOptions o,
+                                  const std::function<int64_t(const SpeculativeResult&, int64_t)>& kv_bytes_read,
+                                  const std::function<bool()>& keep_going) {
+  const auto prompt = encode_item_prompt(engine.model().tokenizer, item);
+  o.max_tokens = item.max_tokens;
+  o.sampling = SamplingParams{};  // greedy: strict and configured runs are comparable token by token
+  o.accept = "greedy";
+  // The break-even controller switches on measured times, so two runs of one item would
+  // speculate in different rounds and their accepted lengths would differ by timing noise.
+  o.controller.enabled = false;
+  const auto start = std::chrono::steady_clock::now();
+  TokenCallback on_token;
+  if (keep_going) on_token = [&keep_going](int32_t, std::string_view) { return keep_going(); };
+  auto result = engine.generate(prompt, drafter, o, on_token);
+  if (!result) return result.error();
+  if (keep_going && !keep_going()) return make_error(item.id + ": cancelled");
+  RunOutput out;
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  out.prompt_tokens = static_cast<int64_t>(prompt.size());
+  // The engine counts what attention read in every round (strict: every committed row; sparse:
+  // the selected blocks plus metadata); both runs use that count when it is there.
+  if (kv_bytes_read) {
+    out.kv_bytes_read = kv_bytes_read(*result, out.prompt_tokens);
+  } else if (result->metrics.kv_bytes_dense > 0) {
+    out.kv_bytes_read = result->metrics.kv_bytes_read;
+  } else {
+    out.kv_bytes_read = dense_kv_bytes_read(out.prompt_tokens, result->rounds, engine.kv_row_bytes());
+  }
+  out.tokens = std::move(result->tokens);
+  out.text = std::move(result->text);
+  out.metrics = result->metrics;
+  return out;
+}
+
+}  // namespace
+
 ItemRunner make_engine_runner(SpeculativeEngine& engine, Drafter* drafter, EngineRunnerOptions options) {
   return [&engine, drafter, options = std::move(options)](const EvalItem& item,
                                                           Verification which) -> Expected<RunOutput> {
-    const auto prompt = encode_item_prompt(engine.model().tokenizer, item);
-    SpeculativeOptions o = which == Verification::kStrict ? options.strict : options.configured;
-    o.max_tokens = item.max_tokens;
-    o.sampling = SamplingParams{};  // greedy: strict and configured runs are comparable token by token
-    o.accept = "greedy";
-    // The break-even controller switches on measured times, so two runs of one item would
-    // speculate in different rounds and their accepted lengths would differ by timing noise.
-    o.controller.enabled = false;
-    const auto start = std::chrono::steady_clock::now();
-    TokenCallback on_token;
-    if (options.keep_going) on_token = [&keep_going = options.keep_going](int32_t, std::string_view) { return keep_going(); };
-    auto result = engine.generate(prompt, drafter, o, on_token);
-    if (!result) return result.error();
-    if (options.keep_going && !options.keep_going()) return make_error(item.id + ": cancelled");
-    RunOutput out;
-    out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    out.prompt_tokens = static_cast<int64_t>(prompt.size());
-    // The engine counts what attention read in every round (strict: every committed row; sparse:
-    // the selected blocks plus metadata); both runs use that count when it is there.
-    if (which == Verification::kConfigured && options.configured_kv_bytes_read) {
-      out.kv_bytes_read = options.configured_kv_bytes_read(*result, out.prompt_tokens);
-    } else if (result->metrics.kv_bytes_dense > 0) {
-      out.kv_bytes_read = result->metrics.kv_bytes_read;
-    } else {
-      out.kv_bytes_read = dense_kv_bytes_read(out.prompt_tokens, result->rounds, engine.kv_row_bytes());
-    }
-    out.tokens = std::move(result->tokens);
-    out.text = std::move(result->text);
-    out.metrics = result->metrics;
-    return out;
+    const bool strict = which == Verification::kStrict;
+    return run_on_engine(engine, drafter, item, strict ? options.strict : options.configured,
+                         strict ? nullptr : options.configured_kv_bytes_read, options.keep_going);
+  };
+}
+
+SweepRunner make_engine_sweep_runner(SpeculativeEngine& engine, Drafter* drafter, SpeculativeOptions strict,
+                                     std::vector<SpeculativeOptions> configured) {
+  return [&engine, drafter, strict = std::move(strict), configured = std::move(configured)](
+             const EvalItem& item, int config) -> Expected<RunOutput> {
+    if (config >= static_cast<int>(configured.size())) return make_error("eval: no configuration " + std::to_string(config));
+    return run_on_engine(engine, drafter, item, config < 0 ? strict : configured[static_cast<size_t>(config)], nullptr, {});
   };
 }
 

@@ -87,6 +87,12 @@ using EvalProgress = std::function<void(size_t done, size_t total, const ItemRes
 Expected<EvalReport> run_eval(TaskKind task, std::span<const EvalItem> items, const ItemRunner& runner,
                               const EvalProgress& progress = nullptr);
 
+// A sweep: each item runs once strict (config -1) and once per configuration 0..n_configs-1;
+// one report per configuration, all against the same strict runs.
+using SweepRunner = std::function<Expected<RunOutput>(const EvalItem& item, int config)>;
+Expected<std::vector<EvalReport>> run_eval_sweep(TaskKind task, std::span<const EvalItem> items, int n_configs,
+                                                 const SweepRunner& runner, const EvalProgress& progress = nullptr);
+
 EvalSummary summarize(std::span<const ItemResult> items);
 EvalGoals check_goals(const EvalSummary& summary);
 
@@ -109,6 +115,9 @@ struct EngineRunnerOptions {
   std::function<bool()> keep_going = {};
 };
 ItemRunner make_engine_runner(SpeculativeEngine& engine, Drafter* drafter, EngineRunnerOptions options);
+// The same runs for a sweep: config -1 runs `strict`, config i runs configured[i].
+SweepRunner make_engine_sweep_runner(SpeculativeEngine& engine, Drafter* drafter, SpeculativeOptions strict,
+                                     std::vector<SpeculativeOptions> configured);
 
 // BOS (when the model adds one), then the prompt, in the chat template when item.chat.
 std::vector<int32_t> encode_item_prompt(const Tokenizer& tokenizer, const EvalItem& item);

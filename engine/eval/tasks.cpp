@@ -136,6 +136,51 @@ Expected<std::vector<EvalItem>> load_gsm8k(const std::string& path, int limit, i
   return items;
 }
 
+Status pad_gsm8k_few_shot(std::vector<EvalItem>& items, const std::string& path, int64_t context_tokens,
+                          const TokenCounter& count_tokens) {
+  auto rows = read_jsonl(path, 0, "GSM8K");
+  if (!rows) return rows.error();
+  // The solved examples, from the set's end backwards: "Question: ...\nAnswer: ...\n\n".
+  std::vector<std::pair<std::string, std::string>> shots;  // (question, example text)
+  for (auto it = rows->rbegin(); it != rows->rend(); ++it) {
+    const std::string question = (*it)["question"].get<std::string>();
+    std::string answer = (*it)["answer"].get<std::string>();
+    auto reference = gsm8k_reference(answer);
+    if (!reference) continue;
+    std::string clean;  // without the <<a*b=c>> calculator notes
+    for (size_t p = 0; p < answer.size();) {
+      const size_t open = answer.find("<<", p);
+      if (open == std::string::npos) {
+        clean += answer.substr(p);
+        break;
+      }
+      const size_t close = answer.find(">>", open);
+      clean += answer.substr(p, open - p);
+      p = close == std::string::npos ? answer.size() : close + 2;
+    }
+    clean = clean.substr(0, clean.find("####"));
+    while (!clean.empty() && (clean.back() == '\n' || clean.back() == ' ')) clean.pop_back();
+    shots.emplace_back(question, "Question: " + question + "\nAnswer: " + clean + "\nThe final answer is " +
+                                     *reference + ".\n\n");
+  }
+  for (auto& item : items) {
+    const std::string question = item.prompt.substr(0, item.prompt.size() - std::string_view(kGsm8kInstruction).size());
+    const std::string tail = "Question: " + item.prompt;
+    int64_t used = count_tokens(tail);
+    std::string prefix;
+    for (const auto& [q, text] : shots) {
+      if (q == question) continue;  // never the item itself
+      const int64_t n = count_tokens(text);
+      if (used + n > context_tokens) break;
+      prefix += text;
+      used += n;
+    }
+    item.prompt = prefix + tail;
+    item.stop = "\nQuestion:";
+  }
+  return {};
+}
+
 Expected<std::vector<EvalItem>> load_specbench(const std::string& path, int limit, int max_tokens) {
   auto rows = read_jsonl(path, 0, "Spec-Bench");
   if (!rows) return rows.error();
@@ -287,7 +332,7 @@ LccItems make_lcc_items(std::span<const std::string> paths, std::string_view pro
 std::optional<double> score_output(TaskKind task, const EvalItem& item, std::string_view output) {
   switch (task) {
     case TaskKind::kGsm8k: {
-      const auto n = last_number(output);
+      const auto n = last_number(item.stop.empty() ? output : output.substr(0, output.find(item.stop)));
       return n && same_number(*n, item.reference) ? 1.0 : 0.0;
     }
     case TaskKind::kPasskey: {

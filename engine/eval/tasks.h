@@ -38,6 +38,7 @@ struct EvalItem {
   bool chat = false;       // wrap `prompt` in the model's chat template as a user turn
   std::string reference;   // the expected answer; "" when the task has none
   int max_tokens = 64;     // what the task needs to answer
+  std::string stop;        // scoring reads the output up to this text ("" = all of it)
 };
 
 // Token count of a text under the model's tokenizer (no BOS); builders size contexts with it.
@@ -46,6 +47,13 @@ using TokenCounter = std::function<int64_t(std::string_view)>;
 // limit: items to keep (0 = all): GSM8K's first ones; Spec-Bench's round-robin over its
 // categories (the first of each category in file order, then the second, ...).
 Expected<std::vector<EvalItem>> load_gsm8k(const std::string& path, int limit, int max_tokens = 256);
+// Few-shot GSM8K at a long context: prepends solved examples ("Question: ...\nAnswer: ...", the
+// reference solution without its <<calculator>> notes, ending "The final answer is N.") to each
+// item's question until its prompt holds about context_tokens tokens. The examples are the
+// set's rows taken from its end backwards, never the item itself; scoring stops at the next
+// "\nQuestion:" the model may go on to write.
+Status pad_gsm8k_few_shot(std::vector<EvalItem>& items, const std::string& path, int64_t context_tokens,
+                          const TokenCounter& count_tokens);
 Expected<std::vector<EvalItem>> load_specbench(const std::string& path, int limit, int max_tokens = 128);
 
 struct PasskeyOptions {

@@ -409,7 +409,16 @@ Expected<KvCache> CpuTransformer::make_kv_cache(int block_size, int64_t max_toke
 Status CpuTransformer::forward(std::span<const int32_t> tokens, std::span<const int32_t> positions,
                                const AttentionMask* mask, KvCache& kv, std::span<float> logits, LogitRows rows,
                                const ForwardContext* trace) {
-  return impl_->forward(tokens, positions, mask, kv, logits, rows, trace);
+  PrefillCache* cache = prefill_cache_;
+  const bool cacheable =
+      cache && kv.size() == 0 && !mask && rows == LogitRows::Last &&
+      (!trace || (!trace->observer && !trace->stats && !trace->moe_stats && (!trace->sparse || trace->sparse->strict())));
+  if (cacheable && cache->restore(tokens, positions, kv, logits)) return {};
+  Status status = impl_->forward(tokens, positions, mask, kv, logits, rows, trace);
+  if (status && cacheable) cache->store(tokens, positions, kv, logits);
+  return status;
 }
+
+void CpuTransformer::set_prefill_cache(PrefillCache* cache) { prefill_cache_ = cache; }
 
 }  // namespace specula

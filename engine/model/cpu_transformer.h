@@ -15,6 +15,7 @@
 #include "engine/model/loader.h"
 #include "engine/model/moe.h"
 #include "engine/observer/observer.h"
+#include "engine/model/prefill_cache.h"
 #include "engine/sparse/sparse_attention.h"
 #include "engine/sparse/sparse_config.h"
 #include "kernels/cpu/aligned_buffer.h"
@@ -105,9 +106,14 @@ class CpuTransformer {
                  KvCache& kv, std::span<float> logits, LogitRows rows = LogitRows::All,
                  const ForwardContext* trace = nullptr);
 
+  // Prefills (an empty kv, causal, LogitRows::Last, no observer or statistics) are stored in and
+  // restored from `cache` (engine/model/prefill_cache.h); null turns that off. Not owned.
+  void set_prefill_cache(PrefillCache* cache);
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  PrefillCache* prefill_cache_ = nullptr;
 };
 
 }  // namespace specula

@@ -1,6 +1,7 @@
 #include "engine/sparse/sparse_attention.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <limits>
 #include <numeric>
@@ -48,34 +49,67 @@ SparseSelection::SparseSelection(const SparseConfig& config, const KvCache& kv, 
 
 std::vector<int32_t> SparseSelection::select_one(int layer, int64_t h, const float* q_group, int64_t n_q) {
   std::vector<float>& scores = scores_[static_cast<size_t>(h)];
-  const int64_t hd = kv_.config().head_dim;
-  if (cfg_.scoring == "exact") {
-    const int64_t B = kv_.block_size();
-    for (int64_t b = 0; b < nb_; ++b) {
-      const float* keys = kv_.keys(layer, h, b);  // (B, hd)
-      float best = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j < std::min(B, committed_ - b * B); ++j) {
-        float dot = 0.0f;
-        for (int64_t g = 0; g < n_q; ++g) {
-          for (int64_t i = 0; i < hd; ++i) dot += q_group[g * hd + i] * keys[j * hd + i];
-        }
-        best = std::max(best, dot);
+  const int64_t hd = kv_.config().head_dim, B = kv_.block_size();
+  const bool exact = cfg_.scoring == "exact";
+  // Largest q·k over the block's committed keys (the oracle), for n queries at q summed.
+  const auto exact_score = [&](int64_t b, const float* q, int64_t n) {
+    const float* keys = kv_.keys(layer, h, b);  // (B, hd)
+    float best = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < std::min(B, committed_ - b * B); ++j) {
+      float dot = 0.0f;
+      for (int64_t g = 0; g < n; ++g) {
+        for (int64_t i = 0; i < hd; ++i) dot += q[g * hd + i] * keys[j * hd + i];
       }
-      scores[static_cast<size_t>(b)] = best;
+      best = std::max(best, dot);
     }
+    return best;
+  };
+  const auto score = [&](int64_t b, const float* q, int64_t n) {
+    return exact ? exact_score(b, q, n) : quest_bound(q, n, hd, kv_.key_min(layer, h, b), kv_.key_max(layer, h, b));
+  };
+  if (cfg_.group_score == "logit-sum") {
+    for (int64_t b = 0; b < nb_; ++b) scores[static_cast<size_t>(b)] = score(b, q_group, n_q);
   } else {
-    for (int64_t b = 0; b < nb_; ++b) {
-      scores[static_cast<size_t>(b)] = quest_bound(q_group, n_q, hd, kv_.key_min(layer, h, b), kv_.key_max(layer, h, b));
+    // Each head's scores become a softmax share over the blocks, then the group sums or maxes them.
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const bool sum = cfg_.group_score == "prob-sum";
+    std::fill(scores.begin(), scores.end(), 0.0f);
+    std::vector<float> head(static_cast<size_t>(nb_));
+    for (int64_t g = 0; g < n_q; ++g) {
+      float top = -std::numeric_limits<float>::infinity();
+      for (int64_t b = 0; b < nb_; ++b) {
+        head[static_cast<size_t>(b)] = scale * score(b, q_group + g * hd, 1);
+        top = std::max(top, head[static_cast<size_t>(b)]);
+      }
+      double z = 0;
+      for (float& v : head) {
+        v = std::exp(v - top);
+        z += v;
+      }
+      for (int64_t b = 0; b < nb_; ++b) {
+        const auto p = static_cast<float>(head[static_cast<size_t>(b)] / z);
+        float& s = scores[static_cast<size_t>(b)];
+        s = sum ? s + p : std::max(s, p);
+      }
     }
   }
-  return select_blocks(scores, k_, cfg_.sink_blocks, cfg_.local_blocks);
+  if (cfg_.successor_blocks == 0) return select_blocks(scores, k_, cfg_.sink_blocks, cfg_.local_blocks);
+  return select_blocks_with_successors(scores, k_, cfg_.sink_blocks, cfg_.local_blocks, cfg_.successor_blocks);
 }
 
 void SparseSelection::select(int layer, const float* q, int64_t q_stride) {
-  const bool reuse = cfg_.reuses(layer);
   const int64_t H = kv_.config().n_kv_heads, hd = kv_.config().head_dim;
   const int64_t C = cfg_.group_size;
-  if (!reuse) {
+  const bool dense = layer < cfg_.dense_layers;
+  // A layer whose anchor attends densely has no selection to reuse: it selects itself.
+  const bool reuse = !dense && cfg_.reuses(layer) && cfg_.anchor_for(layer) >= cfg_.dense_layers;
+  if (dense) {
+    std::vector<int32_t> all(static_cast<size_t>(nb_));
+    std::iota(all.begin(), all.end(), 0);
+    for (auto& rows : sel_) {
+      for (auto& r : rows) r = all;
+    }
+  } else if (!reuse) {
     for (int64_t h = 0; h < H; ++h) {
       auto& rows = sel_[static_cast<size_t>(h)];
       const auto q_of = [&](int64_t r) { return q + r * q_stride + h * group_ * hd; };
@@ -107,7 +141,7 @@ void SparseSelection::select(int layer, const float* q, int64_t q_stride) {
   for (int64_t h = 0; h < H; ++h) {
     const auto& rows = sel_[static_cast<size_t>(h)];
     std::vector<std::vector<int32_t>> loads;  // what one kernel pass loads, per pass
-    if (cfg_.query_mode == QueryMode::kFirst) {
+    if (dense || cfg_.query_mode == QueryMode::kFirst) {
       loads.push_back(rows[0]);
     } else if (cfg_.query_mode == QueryMode::kPerQuery) {
       loads.assign(rows.begin(), rows.end());
@@ -121,7 +155,7 @@ void SparseSelection::select(int layer, const float* q, int64_t q_stride) {
     for (const auto& blocks : loads) {
       for (int32_t b : blocks) read += block_bytes(b);
     }
-    if (!reuse) {
+    if (!reuse && !dense) {
       // Scoring reads the Quest min/max of every block, or (exact oracle) every committed key.
       read += (cfg_.scoring == "exact" ? committed_ : nb_ * 2) * hd * static_cast<int64_t>(sizeof(float));
     }
@@ -130,7 +164,7 @@ void SparseSelection::select(int layer, const float* q, int64_t q_stride) {
     stats_->kv_bytes_read += read;
     stats_->kv_bytes_dense += H * committed_ * hd * 2 * static_cast<int64_t>(sizeof(float));
   }
-  observe(layer, reuse, cfg_.anchor_for(layer));
+  observe(layer, reuse, reuse ? cfg_.anchor_for(layer) : layer);
 }
 
 void SparseSelection::count_dense_layer() {

@@ -48,6 +48,9 @@ nlohmann::json SparseConfig::to_json() const {
           {"order", std::string(specula::to_string(order))},
           {"group_size", group_size},
           {"scoring", scoring},
+          {"group_score", group_score},
+          {"dense_layers", dense_layers},
+          {"successor_blocks", successor_blocks},
           {"anchors", anchors},
           {"calibration", calibration},
           {"ffn", ffn},
@@ -88,7 +91,8 @@ Expected<SparseConfig> sparse_config_from_json(const nlohmann::json& j) {
   auto c = sparse_preset(j.value("preset", std::string("strict")));
   if (!c) return c.error();
   static const std::set<std::string> known = {"preset", "attention", "dense_below", "eta", "sink_blocks",
-                                              "local_blocks", "query_mode", "order", "group_size", "scoring", "anchors",
+                                              "local_blocks", "query_mode", "order", "group_size", "scoring", "group_score", "dense_layers", "successor_blocks",
+                                              "anchors",
                                               "calibration", "ffn", "ffn_threshold", "ffn_union", "moe",
                                               "moe_skip_budget", "moe_calibration"};
   try {
@@ -115,6 +119,13 @@ Expected<SparseConfig> sparse_config_from_json(const nlohmann::json& j) {
     if (c->scoring != "quest" && c->scoring != "exact") {
       return make_error("sparse config: scoring must be \"quest\" or \"exact\", not \"" + c->scoring + "\"");
     }
+    c->group_score = j.value("group_score", c->group_score);
+    if (c->group_score != "logit-sum" && c->group_score != "prob-sum" && c->group_score != "prob-max") {
+      return make_error("sparse config: group_score must be \"logit-sum\", \"prob-sum\" or \"prob-max\", not \"" +
+                        c->group_score + "\"");
+    }
+    c->dense_layers = j.value("dense_layers", c->dense_layers);
+    c->successor_blocks = j.value("successor_blocks", c->successor_blocks);
     if (j.contains("anchors")) c->anchors = j["anchors"].get<std::vector<int>>();
     c->calibration = j.value("calibration", c->calibration);
     c->ffn = j.value("ffn", c->ffn);
@@ -145,6 +156,10 @@ Status validate(const SparseConfig& c, int n_layers, bool moe_model) {
   if (c.dense_below < 0) return bad("dense_below must be >= 0 tokens");
   if (c.sink_blocks < 0 || c.local_blocks < 1) return bad("sink_blocks must be >= 0 and local_blocks >= 1");
   if (c.group_size < 1 || c.group_size > 64) return bad("group_size must be in 1..64");
+  if (c.successor_blocks < 0 || c.successor_blocks > 8) return bad("successor_blocks must be in 0..8");
+  if (c.dense_layers < 0 || c.dense_layers > n_layers) {
+    return bad("dense_layers " + std::to_string(c.dense_layers) + " is outside 0.." + std::to_string(n_layers));
+  }
   if (!(c.ffn_threshold >= 0.0) || c.ffn_threshold > 100.0) return bad("ffn_threshold must be in [0, 100]");
   for (int a : c.anchors) {
     if (a < 0 || a >= n_layers) {

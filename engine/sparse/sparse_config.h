@@ -50,6 +50,22 @@ struct SparseConfig {
   // or "exact" (the largest true q·k in the block, summed over the GQA group: an oracle that reads
   // every key, for measuring how much the bound costs in quality).
   std::string scoring = "quest";
+  // How the GQA group's query heads combine into one block score (the selection is per KV head):
+  //   "logit-sum"  Σ_g score_g(b), the sum of the heads' bounds (issue 4's wording)
+  //   "prob-sum"   Σ_g softmax_b(score_g / sqrt(head_dim)), each head's bound turned into a share
+  //                over the blocks first (NSA's group-shared selection sums the heads' attention
+  //                probabilities), so a head with large logits cannot outvote the others
+  //   "prob-max"   max_g of the same per-head shares: a block any head wants is kept
+  // logit-sum stays the default: prob-sum had 24% less KL to dense teacher-forced on held-out
+  // texts at 4K, but did no better end to end on the eval table (docs/sparse-eval.md).
+  std::string group_score = "logit-sum";
+  // Each block chosen by score also brings the next `successor_blocks` blocks, inside the same
+  // budget: the draft tokens after the first one continue what the first query found, and
+  // that continuation often lies in the following block (passkey: " Remember it." after the key).
+  int successor_blocks = 0;
+  // The first dense_layers layers attend densely (Quest leaves its first two layers dense: their
+  // attention is the least concentrated).
+  int dense_layers = 0;
   // Inter-layer reuse: layers that compute a selection (refresh); the others reuse the nearest
   // earlier refresh layer's. Empty = every layer refreshes. Layer 0 always refreshes.
   std::vector<int> anchors;

@@ -46,4 +46,32 @@ std::vector<int32_t> select_blocks(std::span<const float> scores, int64_t k, int
   return out;
 }
 
+std::vector<int32_t> select_blocks_with_successors(std::span<const float> scores, int64_t k, int64_t sink,
+                                                   int64_t local, int64_t successors) {
+  const auto n = static_cast<int64_t>(scores.size());
+  std::vector<uint8_t> chosen(static_cast<size_t>(n), 0);
+  int64_t count = 0;
+  const auto take = [&](int64_t b) {
+    if (b >= 0 && b < n && count < std::max(k, sink + local) && !chosen[static_cast<size_t>(b)]) {
+      chosen[static_cast<size_t>(b)] = 1;
+      ++count;
+    }
+  };
+  for (int64_t b = 0; b < sink; ++b) take(b);
+  for (int64_t b = n - local; b < n; ++b) take(b);
+  std::vector<int32_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return scores[static_cast<size_t>(a)] > scores[static_cast<size_t>(b)]; });
+  for (int32_t b : order) {
+    if (count >= k) break;
+    for (int64_t i = 0; i <= successors; ++i) take(b + i);  // b itself may already be a successor
+  }
+  std::vector<int32_t> out;
+  for (int64_t b = 0; b < n; ++b) {
+    if (chosen[static_cast<size_t>(b)]) out.push_back(static_cast<int32_t>(b));
+  }
+  return out;
+}
+
 }  // namespace specula

@@ -17,4 +17,9 @@ float quest_bound(const float* q, int64_t n_queries, int64_t head_dim, const flo
 // all blocks when k >= scores.size().
 std::vector<int32_t> select_blocks(std::span<const float> scores, int64_t k, int64_t sink, int64_t local);
 
+// The same, except that each block taken by score brings its next `successors` blocks along
+// while the budget lasts (sink and local first, then by descending score, ties: lower id).
+std::vector<int32_t> select_blocks_with_successors(std::span<const float> scores, int64_t k, int64_t sink,
+                                                   int64_t local, int64_t successors);
+
 }  // namespace specula

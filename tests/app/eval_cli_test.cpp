@@ -31,6 +31,12 @@ TEST(EvalCli, BadInput) {
   expect_clean_failure(run_cli("eval --task passkey --sparse nonsense"), "unknown sparse preset 'nonsense'");
   expect_clean_failure(run_cli("eval --task passkey --drafter bogus"), "unknown drafter");
   expect_clean_failure(run_cli("eval --task passkey --model /nonexistent/model.gguf --limit 1"), "/nonexistent/model.gguf");
+  expect_clean_failure(run_cli("eval --task passkey --few-shot"), "--few-shot is for --task gsm8k");
+  expect_clean_failure(run_cli("eval --task passkey --sweep /nonexistent/a.json"), "/nonexistent/a.json");
+  const fs::path config = scratch("sweep_sa.json");
+  std::ofstream(config) << "{\"preset\": \"sa\"}";
+  expect_clean_failure(run_cli("eval --task passkey --sparse sa --sweep " + quote(config)), "drop --sparse");
+  expect_clean_failure(run_cli("eval --task passkey --first -1"), "--first");
 }
 
 TEST(EvalCli, BadDataFiles) {
@@ -41,6 +47,13 @@ TEST(EvalCli, BadDataFiles) {
   const fs::path templates = scratch("templates.json");
   std::ofstream(templates) << "{\"gov_report\": \"{context}\"}";
   expect_clean_failure(run_cli("eval --task lcc --data " + quote(templates)), "no template for \"lcc\"");
+  const fs::path bad_config = scratch("sweep_bad.json");
+  std::ofstream(bad_config) << "{\"preset\": \"sa\", \"group_score\": \"mean\"}";
+  expect_clean_failure(run_cli("eval --task passkey --limit 1 --context 256 --sweep " + quote(bad_config)),
+                       "--sparse-config: " + bad_config.string() + ": sparse config: group_score must be");
+  expect_clean_failure(run_cli("eval --task lcc --data " + quote(kData / "longbench-dataset2prompt.json") +
+                               " --context 256 --first 99"),
+                       "eval --first 99: the task has only");
   // A context the model cannot hold fails on the item, naming it.
   expect_clean_failure(run_cli("eval --task passkey --limit 1 --context 9000"), "passkey:0 (strict run)");
 }
@@ -75,6 +88,39 @@ TEST(EvalCli, PasskeyRunReportsEveryFigure) {
   ASSERT_EQ(file["per_item"].size(), 2u);
   EXPECT_EQ(file["per_item"][0]["id"], "passkey:0");
   EXPECT_EQ(file["per_item"][0]["strict_text"], file["per_item"][0]["configured_text"]);
+}
+
+TEST(EvalCli, SweepComparesEveryConfigWithOneStrictRun) {
+  if (!have_default_model()) GTEST_SKIP() << "skipped: default model not downloaded";
+  const fs::path a = scratch("sweep_a.json"), b = scratch("sweep_b.json"), out = scratch("sweep.json");
+  std::ofstream(a) << "{\"preset\": \"sa\", \"dense_below\": 0, \"eta\": 0.2}";
+  std::ofstream(b) << "{\"preset\": \"strict\"}";
+  const auto r = run_cli("eval --task passkey --limit 2 --context 256 --sweep " + quote(a) + " " + quote(b) +
+                         " --json --out " + quote(out));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["sweep"].size(), 2u);
+  EXPECT_EQ(j["sweep"][0]["name"], "sweep_a");
+  EXPECT_EQ(j["sweep"][0]["sparse"]["preset"], "sa");
+  EXPECT_EQ(j["sweep"][1]["sparse"]["preset"], "strict");
+  EXPECT_EQ(j["sweep"][0]["items"], 2);
+  // One strict run per item serves both reports; strict against strict agrees fully.
+  EXPECT_EQ(j["sweep"][0]["score"]["strict"], j["sweep"][1]["score"]["strict"]);
+  EXPECT_EQ(j["sweep"][0]["kv_bytes_read"]["strict"], j["sweep"][1]["kv_bytes_read"]["strict"]);
+  EXPECT_DOUBLE_EQ(j["sweep"][1]["agreement"]["token_agreement"].get<double>(), 1.0);
+  EXPECT_LT(j["sweep"][0]["kv_bytes_read"]["configured"].get<int64_t>(),
+            j["sweep"][0]["kv_bytes_read"]["strict"].get<int64_t>()) << "20% of the blocks after the prefill";
+  // --first 1 --limit 1 is the second item alone, with the same outputs.
+  const fs::path one = scratch("sweep_one.json");
+  const auto r1 = run_cli("eval --task passkey --first 1 --limit 1 --context 256 --sweep " + quote(a) + " --json --out " +
+                          quote(one));
+  ASSERT_EQ(r1.exit_code, 0) << r1.err;
+  const auto all = nlohmann::json::parse(slurp(out)), single = nlohmann::json::parse(slurp(one));
+  ASSERT_EQ(single["sweep"][0]["per_item"].size(), 1u);
+  EXPECT_EQ(single["sweep"][0]["first_item"], 1);
+  EXPECT_EQ(single["sweep"][0]["per_item"][0]["id"], "passkey:1");
+  EXPECT_EQ(single["sweep"][0]["per_item"][0]["strict_text"], all["sweep"][0]["per_item"][1]["strict_text"]);
+  EXPECT_EQ(single["sweep"][0]["per_item"][0]["configured_text"], all["sweep"][0]["per_item"][1]["configured_text"]);
 }
 
 TEST(EvalCli, LccTableRun) {

@@ -41,7 +41,7 @@ RunOutput output(std::vector<int32_t> tokens, std::string text, int spec_rounds,
 }
 
 TEST(EvalRunner, ComparesStrictAndConfiguredRuns) {
-  const std::vector<EvalItem> items = {{"passkey:0", "p0", false, "111", 8}, {"passkey:1", "p1", false, "222", 8}};
+  const std::vector<EvalItem> items = {{"passkey:0", "p0", false, "111", 8, ""}, {"passkey:1", "p1", false, "222", 8, ""}};
   // Item 0: both right and identical. Item 1: strict right, configured diverges after 2 tokens.
   const ItemRunner stub = [](const EvalItem& item, Verification v) -> Expected<RunOutput> {
     if (item.id == "passkey:0") return output({1, 2, 3}, " 111.", 2, 2.0, 1000);
@@ -81,7 +81,7 @@ TEST(EvalRunner, ComparesStrictAndConfiguredRuns) {
 }
 
 TEST(EvalRunner, IdenticalRunsMeetEveryGoal) {
-  const std::vector<EvalItem> items = {{"specbench:x:1", "p", true, "", 8}};
+  const std::vector<EvalItem> items = {{"specbench:x:1", "p", true, "", 8, ""}};
   const ItemRunner same = [](const EvalItem&, Verification) -> Expected<RunOutput> {
     return output({1, 2}, "", 3, 2.0, 10);  // even an empty text agrees with itself
   };
@@ -96,7 +96,7 @@ TEST(EvalRunner, IdenticalRunsMeetEveryGoal) {
 }
 
 TEST(EvalRunner, ErrorsNameTheItemAndRun) {
-  const std::vector<EvalItem> items = {{"gsm8k:0", "q", true, "1", 8}};
+  const std::vector<EvalItem> items = {{"gsm8k:0", "q", true, "1", 8, ""}};
   const ItemRunner failing = [](const EvalItem&, Verification v) -> Expected<RunOutput> {
     if (v == Verification::kConfigured) return make_error("prompt has 9000 tokens, context is 8192");
     return output({1}, "1", 0, 1.0, 0);

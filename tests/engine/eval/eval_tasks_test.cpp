@@ -223,16 +223,41 @@ TEST(EvalTasks, LccItemsFromInstalledSources) {
 }
 
 TEST(EvalTasks, Scores) {
-  EvalItem gsm{"gsm8k:0", "", true, "18", 16};
+  EvalItem gsm{"gsm8k:0", "", true, "18", 16, ""};
   EXPECT_EQ(score_output(TaskKind::kGsm8k, gsm, "9 * 2 = 18 dollars."), 1.0);
   EXPECT_EQ(score_output(TaskKind::kGsm8k, gsm, "18 eggs, so 9 * 2 = 20"), 0.0);  // the last number counts
   EXPECT_EQ(score_output(TaskKind::kGsm8k, gsm, "no idea"), 0.0);
-  EvalItem key{"passkey:0", "", false, "4242", 8};
+  EvalItem key{"passkey:0", "", false, "4242", 8, ""};
   EXPECT_EQ(score_output(TaskKind::kPasskey, key, " 4242. Remember it."), 1.0);
   EXPECT_EQ(score_output(TaskKind::kPasskey, key, " 424"), 0.0);
-  EvalItem line{"lcc:x", "", false, "sitting", 64};
+  EvalItem line{"lcc:x", "", false, "sitting", 64, ""};
   EXPECT_DOUBLE_EQ(*score_output(TaskKind::kLcc, line, "kitten\nmore"), 0.62);
   EXPECT_FALSE(score_output(TaskKind::kSpecbench, EvalItem{}, "text").has_value());
+}
+
+TEST(EvalTasks, Gsm8kFewShotFillsTheContextWithOtherSolvedItems) {
+  const std::string rows =
+      "{\"question\": \"Q0 apples?\", \"answer\": \"2 + 2 = <<2+2=4>>4\\n#### 4\"}\n"
+      "{\"question\": \"Q1 pears?\", \"answer\": \"3 * 3 = <<3*3=9>>9\\n#### 9\"}\n"
+      "{\"question\": \"Q2 plums?\", \"answer\": \"10 - 5 = <<10-5=5>>5\\n#### 5\"}\n"
+      "{\"question\": \"Q3 figs?\", \"answer\": \"1 + 6 = <<1+6=7>>7\\n#### 7\"}\n";
+  const auto path = write_temp("fewshot.jsonl", rows);
+  auto items = load_gsm8k(path.string(), 1);
+  ASSERT_TRUE(items.ok()) << items.error().message;
+  ASSERT_TRUE(pad_gsm8k_few_shot(*items, path.string(), 80, quarter_bytes).ok());
+  const EvalItem& item = (*items)[0];
+  // Examples from the end backwards (Q3 first, then Q2), never Q0 itself, until 80 "tokens".
+  EXPECT_EQ(item.prompt.find("Question: Q3 figs?\nAnswer: 1 + 6 = 7\nThe final answer is 7.\n\n"), 0u);
+  EXPECT_NE(item.prompt.find("Question: Q2 plums?"), std::string::npos);
+  EXPECT_EQ(item.prompt.find("<<"), std::string::npos) << "calculator notes are dropped";
+  EXPECT_EQ(count_of(item.prompt, "Q0 apples?"), 1u) << "the item's own question appears once, last";
+  EXPECT_LT(item.prompt.find("Q2 plums?"), item.prompt.find("Question: Q0 apples?"));
+  EXPECT_LE(quarter_bytes(item.prompt), 80 + 2);
+  EXPECT_TRUE(item.chat);
+  EXPECT_EQ(item.stop, "\nQuestion:");
+  // Scoring reads up to the next question the model may invent.
+  EXPECT_EQ(score_output(TaskKind::kGsm8k, item, "2 + 2 = 4. The final answer is 4.\nQuestion: 5 + 5 = 10"), 1.0);
+  std::filesystem::remove(path);
 }
 
 }  // namespace

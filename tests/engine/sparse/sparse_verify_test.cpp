@@ -181,6 +181,33 @@ TEST_F(SparseVerify, ReuseLayersTakeTheirAnchorsSelection) {
   EXPECT_EQ(tree_level[29].block_bits, tree_level[20].block_bits);
 }
 
+TEST_F(SparseVerify, DenseLayersReadEverythingAndOtherLayersStillSelect) {
+  SparseConfig all = sa(QueryMode::kFirst);
+  all.dense_layers = 30;
+  SparseStats all_stats;
+  EXPECT_EQ(verify(&all, &all_stats), verify(nullptr)) << "every layer dense: bit-identical to dense attention";
+  EXPECT_EQ(all_stats.kv_bytes_read, all_stats.kv_bytes_dense);
+  SparseConfig two = sa(QueryMode::kFirst);
+  two.dense_layers = 2;
+  two.anchors = {0, 1, 10};  // layers 2..9 would reuse layer 1, which has no selection: they select
+  SelectionLog log;
+  SparseStats stats;
+  verify(&two, &stats, &log);
+  std::map<int, LayerSelectionEvent> tree_level;
+  for (const auto& e : log.selections) {
+    if (e.query < 0 && e.group < 0) tree_level[e.layer] = e;
+  }
+  ASSERT_EQ(tree_level.size(), 30u);
+  const int64_t nb = kContext / 16, H = 3, k = kept_blocks(two, kContext, 16);
+  EXPECT_EQ(static_cast<int64_t>(unpack_block_bits(tree_level[1].block_bits).size()), H * nb);
+  EXPECT_EQ(static_cast<int64_t>(unpack_block_bits(tree_level[2].block_bits).size()), H * k);
+  EXPECT_EQ(tree_level[2].mode, SelectionMode::kRefresh) << "its anchor, layer 1, is dense";
+  EXPECT_EQ(tree_level[11].mode, SelectionMode::kReuse);
+  EXPECT_EQ(tree_level[11].block_bits, tree_level[10].block_bits);
+  EXPECT_GT(stats.kv_bytes_read, 0);
+  EXPECT_LT(stats.kv_bytes_read, stats.kv_bytes_dense);
+}
+
 TEST_F(SparseVerify, SparseFfnKeepsFewerChannelsAndReportsThem) {
   SparseConfig config = *sparse_preset("sffn");
   config.ffn_threshold = 0.05;

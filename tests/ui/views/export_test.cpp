@@ -153,12 +153,3 @@ TEST_F(Export, ScreenshotModeWritesSvgAndPdfBySuffix) {
 
 }  // namespace
 }  // namespace specula::ui
-
-int main(int argc, char** argv) {
-  qputenv("QT_QPA_PLATFORM", "offscreen");
-  QApplication application(argc, argv);
-  QApplication::setOrganizationName(QStringLiteral("SpeculaTest"));
-  QApplication::setApplicationName(QStringLiteral("SpeculaTest"));
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}
