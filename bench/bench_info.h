@@ -33,7 +33,10 @@ inline std::string nvidia_driver() {
 
 inline std::string command_line(int argc, char** argv) {
   std::string out;
-  for (int i = 0; i < argc; ++i) out += (i ? " " : "") + std::string(argv[i]);
+  for (int i = 0; i < argc; ++i) {  // appends in place: `" " + std::string(...)` trips GCC 12's -Wrestrict when inlined
+    if (i) out += ' ';
+    out += argv[i];
+  }
   return out;
 }
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -17,7 +18,18 @@
 
 namespace {
 
-double best_ms(specula::CpuTransformer& tf, specula::KvCache& kv, const std::vector<int32_t>& tokens, int context,
+double cpu_ms_now() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
+
+struct Cost {
+  double wall_ms = 1e30;
+  double cpu_ms = 1e30;  // all threads' CPU time (spinning included); with --threads 1 it survives a busy machine
+};
+
+Cost best_cost(specula::CpuTransformer& tf, specula::KvCache& kv, const std::vector<int32_t>& tokens, int context,
                int n, specula::LogitRows rows_mode, int reps) {
   std::vector<int32_t> ids(tokens.begin() + context, tokens.begin() + context + n);
   std::vector<int32_t> pos(static_cast<size_t>(n));
@@ -25,14 +37,16 @@ double best_ms(specula::CpuTransformer& tf, specula::KvCache& kv, const std::vec
   const auto mask = specula::AttentionMask::causal(n);
   const auto V = static_cast<size_t>(tf.config().vocab_size);
   std::vector<float> logits(rows_mode == specula::LogitRows::All ? V * static_cast<size_t>(n) : V);
-  double best = 1e30;
+  Cost best;
   for (int r = 0; r < reps; ++r) {
+    const double c0 = cpu_ms_now();
     const auto t0 = std::chrono::steady_clock::now();
     if (auto s = tf.forward(ids, pos, &mask, kv, logits, rows_mode); !s) {
       std::fprintf(stderr, "bench_verify_cost: %s\n", s.error().message.c_str());
       std::exit(1);
     }
-    best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    best.wall_ms = std::min(best.wall_ms, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    best.cpu_ms = std::min(best.cpu_ms, cpu_ms_now() - c0);
     kv.rollback();
   }
   return best;
@@ -80,12 +94,15 @@ int main(int argc, char** argv) {
     const char* pname = precision == specula::Precision::Default ? "f32_activations" : "int8_activations";
     for (auto mode : {specula::LogitRows::All, specula::LogitRows::Last}) {
       nlohmann::json curve = nlohmann::json::array();
-      double base = 0;
+      Cost base;
       for (int n = 1; n <= max_n; ++n) {
-        const double ms = best_ms(tf, *kv, ids, context, n, mode, reps);
-        if (n == 1) base = ms;
-        curve.push_back({{"n", n}, {"ms", ms}, {"ratio_to_n1", ms / base}});
-        std::fprintf(stderr, "%s logits=%s n=%d %.3f ms (%.2fx)\n", pname, mode == specula::LogitRows::All ? "all" : "last", n, ms, ms / base);
+        const Cost cost = best_cost(tf, *kv, ids, context, n, mode, reps);
+        if (n == 1) base = cost;
+        curve.push_back({{"n", n}, {"ms", cost.wall_ms}, {"ratio_to_n1", cost.wall_ms / base.wall_ms},
+                         {"cpu_ms", cost.cpu_ms}, {"cpu_ratio_to_n1", cost.cpu_ms / base.cpu_ms}});
+        std::fprintf(stderr, "%s logits=%s n=%d %.3f ms (%.2fx), cpu %.3f ms (%.2fx)\n", pname,
+                     mode == specula::LogitRows::All ? "all" : "last", n, cost.wall_ms, cost.wall_ms / base.wall_ms,
+                     cost.cpu_ms, cost.cpu_ms / base.cpu_ms);
       }
       curves[std::string(pname) + (mode == specula::LogitRows::All ? "/all_logits" : "/last_logits")] = curve;
     }

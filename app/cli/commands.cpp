@@ -116,7 +116,9 @@ Expected<SparseConfig> sparse_config(const SpeculationArgs& spec, const Model& m
 // nullptr for --drafter none.
 Expected<std::unique_ptr<Drafter>> make_drafter(const SpeculationArgs& spec, const Model& target, int threads,
                                                 int kv_block_size) {
-  if (spec.drafter == "ngram") return make_ngram_drafter({spec.ngram_n, spec.ngram_min, spec.ngram_max_length});
+  if (spec.drafter == "ngram") {
+    return make_ngram_drafter({spec.ngram_n, spec.ngram_min, spec.ngram_max_length, spec.ngram_min_confidence});
+  }
   if (spec.drafter == "layerskip") {
     auto d = make_layerskip_drafter(target, spec.layers, threads, kv_block_size);
     if (!d) return make_error("--layers: " + d.error().message);

@@ -28,6 +28,7 @@ struct SpeculationArgs {
   int ngram_n = 3;
   int ngram_min = 1;
   int ngram_max_length = 0;
+  double ngram_min_confidence = 0.2;  // NgramOptions::min_confidence (0 = fill the tree shape)
   bool no_controller = false;
   std::string sparse = "strict";             // strict | sa | sa-reuse | sffn | smoe | hybrid | ssv-exact | ssv-approx
   std::optional<std::string> sparse_config;  // JSON file: every sparse parameter (overrides --sparse)

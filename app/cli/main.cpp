@@ -30,6 +30,10 @@ void add_speculation_flags(CLI::App* cmd, specula::cli::SpeculationArgs& spec) {
       ->check(CLI::Range(1, 64))->capture_default_str();
   cmd->add_option("--ngram-max-length", spec.ngram_max_length, "Deepest ngram draft (0 = the tree's depth)")
       ->check(CLI::Range(0, 64))->capture_default_str();
+  cmd->add_option("--ngram-min-confidence", spec.ngram_min_confidence,
+                  "Draft an ngram token only while the estimated chance its path is accepted stays at least this "
+                  "(0 = fill the tree)")
+      ->check(CLI::Range(0.0, 1.0))->capture_default_str();
   cmd->add_option("--sparse", spec.sparse,
                   "Sparse verification preset: strict | sa | sa-reuse | sffn | smoe | hybrid | ssv-exact | ssv-approx")
       ->capture_default_str();

@@ -69,11 +69,14 @@ struct CpuTransformer::Impl {
   QuantizedRows xq;                        // quantized matmul input
   std::vector<std::vector<float>> scores;  // per thread: (group, context)
   std::vector<std::vector<KvSpan>> spans;  // per thread
+  std::vector<AlignedBuffer<float>> tree_q, tree_out;  // per thread: (kTreeChunk, head_dim)
   MoeScratch moe_scratch;
 
   Impl(const Model& m, const CpuTransformerOptions& options)
       : model(&m), cfg(m.config), precision(options.precision), pool(options.threads) {
     const bool exact = precision == Precision::Exact;
+    // int8 activations read quantized weights in 16-row tiles (kernels/cpu/matmul.h, tile_rows).
+    const bool tile = precision == Precision::Int8Activations;
     const auto& w = m.weights;
     layers.resize(static_cast<size_t>(cfg.n_layers));
     pool.run([&](int index, int n_threads) {
@@ -82,6 +85,7 @@ struct CpuTransformer::Impl {
       for (int64_t l = begin; l < end; ++l) {
         if (l == cfg.n_layers) {
           output = pack_fused({&w.output}, exact);
+          if (tile) tile_rows(output);
           output_norm = to_f32(w.output_norm);
           continue;
         }
@@ -97,6 +101,9 @@ struct CpuTransformer::Impl {
         } else {
           dst.gate_up = pack_fused({&src.w_gate, &src.w_up}, exact);
           dst.down = pack_fused({&src.w_down}, exact);
+        }
+        if (tile) {
+          for (PackedMatrix* matrix : {&dst.qkv, &dst.wo, &dst.gate_up, &dst.down}) tile_rows(*matrix);
         }
       }
     });
@@ -115,11 +122,16 @@ struct CpuTransformer::Impl {
     ffn_act.ensure(static_cast<size_t>(T * cfg.ffn_dim));
     rope.ensure(static_cast<size_t>(T * cfg.head_dim));
     const int64_t group = cfg.n_heads / cfg.n_kv_heads;
+    const int64_t queries = std::max(group, kTreeChunk);
     scores.resize(static_cast<size_t>(pool.size()));
     spans.resize(static_cast<size_t>(pool.size()));
+    tree_q.resize(static_cast<size_t>(pool.size()));
+    tree_out.resize(static_cast<size_t>(pool.size()));
     for (auto& s : scores) {
-      if (static_cast<int64_t>(s.size()) < group * context) s.resize(static_cast<size_t>(group * context));
+      if (static_cast<int64_t>(s.size()) < queries * context) s.resize(static_cast<size_t>(queries * context));
     }
+    for (auto& b : tree_q) b.ensure(static_cast<size_t>(kTreeChunk * cfg.head_dim));
+    for (auto& b : tree_out) b.ensure(static_cast<size_t>(kTreeChunk * cfg.head_dim));
   }
 
   // Runs fn(begin, end) over [0, n) split across the pool, or inline when n is small.
@@ -163,8 +175,8 @@ struct CpuTransformer::Impl {
         if (int8) quantize_rows(src, ld_src, xq, begin, end);
       });
     }
-    // Rows in multiples of 4 (the kernels' tile height) per thread.
-    parallel_for(w.rows, 4, 0, [&](int64_t begin, int64_t end) {
+    // Rows in multiples of the kernels' tile height per thread.
+    parallel_for(w.rows, w.tiled() ? kTileRows : 4, 0, [&](int64_t begin, int64_t end) {
       if (int8) {
         matmul_quantized(w, xq, out, ld_out, begin, end, accumulate);
       } else {
@@ -173,8 +185,54 @@ struct CpuTransformer::Impl {
     });
   }
 
+  // Tokens of one query head that share a pass over the keys in masked (tree) attention.
+  static constexpr int64_t kTreeChunk = 16;
+
+  // Masked attention for the T new tokens (a verify), dense: a task is one query head and up to
+  // kTreeChunk tokens, which read each committed key and value once together; each token keeps
+  // its own mask row over the new rows. Per token the spans, their order and the arithmetic are
+  // those of attention() below, so the results are the same bit for bit.
+  void tree_attention(int64_t layer, int64_t T, const KvCache& kv, int64_t first_new, const AttentionMask& mask) {
+    const int64_t hd = cfg.head_dim, group = cfg.n_heads / cfg.n_kv_heads;
+    const int64_t B = kv.block_size(), committed = kv.committed();
+    const int64_t qkv_ld = q_dim() + 2 * kv_dim();
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const int64_t chunks = (T + kTreeChunk - 1) / kTreeChunk;
+    pool.run([&](int index, int n_threads) {
+      int64_t begin, end;
+      ThreadPool::split(cfg.n_heads * chunks, 1, index, n_threads, begin, end);
+      auto& my_spans = spans[static_cast<size_t>(index)];
+      float* q = tree_q[static_cast<size_t>(index)].data();
+      float* out = tree_out[static_cast<size_t>(index)].data();
+      for (int64_t task = begin; task < end; ++task) {  // head-major: a KV head's tasks run back to back
+        const int64_t head = task / chunks, t0 = (task % chunks) * kTreeChunk;
+        const int64_t n = std::min(kTreeChunk, T - t0), h = head / group;
+        for (int64_t i = 0; i < n; ++i) {
+          std::copy_n(qkv.data() + (t0 + i) * qkv_ld + head * hd, hd, q + i * hd);
+        }
+        my_spans.clear();
+        for (int64_t b = 0; b * B < committed; ++b) {
+          my_spans.push_back({kv.keys(layer, h, b), kv.values(layer, h, b), std::min(B, committed - b * B), nullptr});
+        }
+        for (int64_t r = first_new; r < first_new + T;) {
+          const int64_t b = r / B, in_block = r % B;
+          const int64_t rows = std::min(B - in_block, first_new + T - r);
+          my_spans.push_back({kv.keys(layer, h, b) + in_block * hd, kv.values(layer, h, b) + in_block * hd, rows,
+                              mask.row(t0) + (r - first_new), T});
+          r += rows;
+        }
+        attention_group(q, n, hd, my_spans, scale, scores[static_cast<size_t>(index)].data(), out);
+        for (int64_t i = 0; i < n; ++i) std::copy_n(out + i * hd, hd, att.data() + (t0 + i) * q_dim() + head * hd);
+      }
+    });
+  }
+
   void attention(int64_t layer, int64_t T, const KvCache& kv, int64_t first_new, const AttentionMask* mask,
                  const SparseSelection* sparse) {
+    if (mask && T > 1 && !(sparse && sparse->active())) {
+      tree_attention(layer, T, kv, first_new, *mask);
+      return;
+    }
     const int64_t hd = cfg.head_dim, group = cfg.n_heads / cfg.n_kv_heads;
     const int64_t B = kv.block_size(), committed = kv.committed();
     const int64_t qkv_ld = q_dim() + 2 * kv_dim();

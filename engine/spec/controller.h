@@ -1,8 +1,10 @@
 #pragma once
 // Break-even controller: speculate only while it pays.
 //
-// It compares two costs per output token, both exponential moving averages of measured time:
-//   speculative  (draft_ms + verify_ms) / tokens emitted, per speculative round
+// It compares two costs per output token, from exponential moving averages of measured time:
+//   speculative  EMA of (draft_ms + verify_ms) over EMA of tokens emitted, per speculative round
+//                (a ratio of averages: time per token over the recent rounds, so a round that
+//                emits one token weighs no more than its share of the time)
 //   plain        ms of one plain decode step (one token)
 // Speculation pays while speculative < plain · margin. The first decode step is plain, to learn
 // the plain cost. After `warmup` speculative rounds that do not pay, it falls back to plain
@@ -40,7 +42,9 @@ class BreakEvenController {
   ControllerOptions options_;
   bool speculating_ = true;
   double plain_ms_ = 0;
-  double spec_ms_ = 0;
+  double spec_ms_ = 0;        // spec_round_ms_ / spec_round_tokens_
+  double spec_round_ms_ = 0;  // EMA of draft + verify ms per speculative round
+  double spec_round_tokens_ = 0;  // EMA of tokens emitted per speculative round
   int stint_rounds_ = 0;  // speculative rounds since the last (re)start
   int plain_left_ = 0;    // plain steps before the next probe
   int wait_;              // current probe_after (backs off)

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -23,6 +26,11 @@ class NgramDrafter final : public Drafter {
     std::string name = "ngram:n=" + std::to_string(options_.n_max);
     if (options_.n_min != 1) name += ",min=" + std::to_string(options_.n_min);
     if (options_.max_length > 0) name += ",len=" + std::to_string(options_.max_length);
+    if (options_.min_confidence > 0) {
+      char conf[32];
+      std::snprintf(conf, sizeof conf, ",conf=%g", options_.min_confidence);
+      name += conf;
+    }
     return name;
   }
   void reset() override {}
@@ -31,19 +39,41 @@ class NgramDrafter final : public Drafter {
   Expected<DraftTree> draft(std::span<const int32_t> sequence, const DraftRequest& request) override {
     std::vector<int32_t> context(sequence.begin(), sequence.end());
     const auto base = context.size();
+    // With min_confidence: the estimated chance that each drafted path is accepted whole, by
+    // path; the builder asks for parents before children, so a prefix is always known.
+    std::map<std::vector<int32_t>, double> path_confidence;
     const DraftDistributionFn lookup = [&](std::span<const int32_t> prefix) -> Expected<DraftDistribution> {
       if (options_.max_length > 0 && static_cast<int>(prefix.size()) >= options_.max_length) return DraftDistribution(1, 0.0f);
       context.resize(base);
       context.insert(context.end(), prefix.begin(), prefix.end());
-      return continuations(context);
+      int match_length = 0;
+      DraftDistribution q = continuations(context, match_length);
+      if (options_.min_confidence <= 0) return q;
+      std::vector<int32_t> path(prefix.begin(), prefix.end());
+      const auto known = path_confidence.find(path);
+      const double before = known == path_confidence.end() ? 1.0 : known->second;
+      for (size_t token = 0; token < q.size(); ++token) {
+        if (!(q[token] > 0)) continue;
+        const double confidence = before * ngram_token_confidence(match_length, q[token]);
+        if (confidence < options_.min_confidence) {
+          q[token] = 0.0f;  // not worth a verify slot
+          continue;
+        }
+        path.push_back(static_cast<int32_t>(token));
+        path_confidence[path] = confidence;
+        path.pop_back();
+      }
+      return q;
     };
     return build_draft_tree(request.shape, lookup, DraftChoice::kTopK);
   }
 
  private:
   // The tokens that followed earlier occurrences of the longest matching suffix, as a
-  // distribution over their counts. All zeros (one entry) when no suffix of n_min.. tokens recurs.
-  DraftDistribution continuations(std::span<const int32_t> context) const {
+  // distribution over their counts, and that suffix's length. All zeros (one entry) and length 0
+  // when no suffix of n_min.. tokens recurs.
+  DraftDistribution continuations(std::span<const int32_t> context, int& match_length) const {
+    match_length = 0;
     const auto len = static_cast<int64_t>(context.size());
     for (int64_t n = std::min<int64_t>(options_.n_max, len - 1); n >= std::max(1, options_.n_min); --n) {
       const auto suffix = context.subspan(static_cast<size_t>(len - n));
@@ -56,6 +86,7 @@ class NgramDrafter final : public Drafter {
       DraftDistribution q(static_cast<size_t>(*std::max_element(next.begin(), next.end())) + 1, 0.0f);
       for (int32_t t : next) q[static_cast<size_t>(t)] += 1.0f;
       for (float& p : q) p /= static_cast<float>(next.size());
+      match_length = static_cast<int>(n);
       return q;
     }
     return DraftDistribution(1, 0.0f);
@@ -153,6 +184,11 @@ Expected<int> parse_int(std::string_view text, std::string_view where) {
 }
 
 }  // namespace
+
+double ngram_token_confidence(int match_length, double share) {
+  if (match_length < 1 || !(share > 0)) return 0.0;
+  return std::min(share, 1.0) * (1.0 - 0.6 * std::pow(0.75, match_length - 1));
+}
 
 std::unique_ptr<Drafter> make_ngram_drafter(const NgramOptions& options) {
   return std::make_unique<NgramDrafter>(options);

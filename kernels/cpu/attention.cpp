@@ -87,8 +87,9 @@ bool attention_group_avx512(const float* q, int64_t n_queries, int64_t head_dim,
         span_scores<8>(q + g * head_dim, span.keys, span.n, scale, s);
       }
       if (span.allowed) {
+        const uint8_t* allowed = span.allowed + g * span.allowed_stride;
         for (int64_t j = 0; j < span.n; ++j) {
-          if (!span.allowed[j]) s[j] = kMasked;
+          if (!allowed[j]) s[j] = kMasked;
         }
       }
     }
@@ -123,9 +124,9 @@ void attention_group(const float* q, int64_t n_queries, int64_t head_dim, std::s
   int64_t j0 = 0;
   for (const auto& span : spans) {
     for (int64_t j = 0; j < span.n; ++j) {
-      const bool visible = span.allowed == nullptr || span.allowed[j] != 0;
       const float* k = span.keys + j * head_dim;
       for (int64_t g = 0; g < n_queries; ++g) {
+        const bool visible = span.allowed == nullptr || span.allowed[g * span.allowed_stride + j] != 0;
         scores[g * total + j0 + j] = visible ? dot_f32(q + g * head_dim, k, head_dim) * scale : kMasked;
       }
     }

@@ -12,6 +12,9 @@ struct KvSpan {
   const float* values = nullptr;  // (n, head_dim)
   int64_t n = 0;
   const uint8_t* allowed = nullptr;  // (n): 0 = masked out; nullptr = all rows visible
+  // Query g reads its mask at allowed + g·allowed_stride (0: every query shares one mask), so
+  // the tokens of a draft tree can share one pass over the keys with masks of their own.
+  int64_t allowed_stride = 0;
 };
 
 // q: (n_queries, head_dim); out: (n_queries, head_dim);

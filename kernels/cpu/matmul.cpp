@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/cpu/dequant.h"
+#include "kernels/cpu/matmul_tiled.h"
 #include "kernels/cpu/simd.h"
 
 namespace specula {
@@ -138,6 +139,10 @@ std::string pack_rows(PackedMatrix& out, int64_t dst_row, TensorType type, const
 }
 
 void unpack_row(const PackedMatrix& w, int64_t r, float* dst) {
+  if (w.tiled()) {
+    unpack_tiled_row(w, r, dst);
+    return;
+  }
   if (w.format == WeightFormat::F32) {
     std::memcpy(dst, w.f32.data() + r * w.cols, static_cast<size_t>(w.cols) * 4);
     return;
@@ -591,6 +596,10 @@ void tokens_f32(const F32Args& a, int64_t r0, int64_t t_begin, int64_t t_end) {
 
 void matmul_quantized(const PackedMatrix& w, const QuantizedRows& x, float* y, int64_t ldy, int64_t row_begin,
                       int64_t row_end, bool accumulate) {
+  if (w.tiled()) {
+    matmul_quantized_tiled(w, x, y, ldy, row_begin, row_end, accumulate);
+    return;
+  }
   const QuantArgs args{w, x, y, ldy, accumulate};
   if (w.format == WeightFormat::U4) {
     matmul_quantized_impl<true>(args, row_begin, row_end);
@@ -601,6 +610,19 @@ void matmul_quantized(const PackedMatrix& w, const QuantizedRows& x, float* y, i
 
 void matmul_f32(const PackedMatrix& w, const float* x, int64_t ldx, int64_t n_tokens, float* y, int64_t ldy,
                 int64_t row_begin, int64_t row_end, bool accumulate) {
+  if (w.tiled()) {  // not a hot path: tiled matrices are for matmul_quantized
+    std::vector<float> row(static_cast<size_t>(w.cols));
+    for (int64_t r = row_begin; r < row_end; ++r) {
+      unpack_row(w, r, row.data());
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        float total = 0.0f;
+        for (int64_t k = 0; k < w.cols; ++k) total += row[static_cast<size_t>(k)] * x[t * ldx + k];
+        float* dst = y + t * ldy + r;
+        *dst = accumulate ? *dst + total : total;
+      }
+    }
+    return;
+  }
   const F32Args args{w, x, ldx, y, ldy, accumulate};
   constexpr int64_t kTokenChunk = 64;
   for (int64_t c = 0; c < n_tokens; c += kTokenChunk) {

@@ -40,9 +40,25 @@ struct PackedMatrix {
   AlignedBuffer<uint8_t> qs;       // U4: (rows, pairs, 32); U8: (rows, pairs, 64)
   AlignedBuffer<uint16_t> scales;  // U4/U8: (rows, pairs, 4) f16: d0 d1 m0 m1
   AlignedBuffer<float> f32;        // F32: (rows, cols)
+  // U4/U8 after tile_rows(): the rows regrouped into tiles of kTileRows for the int8 kernel
+  // (qs and scales are then empty). Layout in kernels/cpu/matmul_tiled.cpp.
+  AlignedBuffer<uint8_t> tiles;
   bool quantized() const { return format != WeightFormat::F32; }
-  size_t bytes() const { return qs.size() + scales.size() * 2 + f32.size() * 4; }
+  bool tiled() const { return tiles.size() > 0; }
+  size_t bytes() const { return qs.size() + scales.size() * 2 + f32.size() * 4 + tiles.size(); }
 };
+
+// Rows per tile of a tiled matrix: one AVX-512 lane per row, so a tile's results for one token
+// are one vector and need no horizontal sum.
+constexpr int64_t kTileRows = 16;
+
+// Regroups a U4/U8 matrix into tiles of kTileRows rows for matmul_quantized, which then costs
+// per 32 weights × 16 rows 8 vpdpbusd and 4 float ops per token (instead of per row). It sums
+// in another order than the pair layout, so results differ from it by rounding. Returns false
+// (and changes nothing) for F32 matrices, an empty matrix, or rows not a multiple of kTileRows.
+// Afterwards matmul_quantized and unpack_row read the tiles; matmul_f32 still works, slowly
+// (it unpacks each row), and callers should split rows at multiples of kTileRows.
+bool tile_rows(PackedMatrix& w);
 
 // Appends `rows` rows of a ggml-layout matrix (row length `cols`, row r at src + r·row_bytes)
 // at row offset `dst_row` of `out`, which must already have been set up by

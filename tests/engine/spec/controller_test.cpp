@@ -58,6 +58,29 @@ TEST(BreakEvenController, FallsBackProbesAndBacksOff) {
   EXPECT_EQ(c.returns(), 2);
 }
 
+// Rounds alternate: 1 token in 6 ms, 3 tokens in 7 ms: 13 ms for 4 tokens, 3.25 ms per token,
+// which beats 4 ms plain. Averaging the per-round ratios (6 and 2.33 ms) would say 4.2 ms and
+// give up on speculation that pays.
+TEST(BreakEvenController, WeighsRoundsByTheTokensTheyEmit) {
+  BreakEvenController c;
+  c.record_plain(4);
+  for (int i = 0; i < 20; ++i) {
+    c.record_speculative(1, 0, 6);
+    c.record_speculative(3, 0, 7);
+  }
+  EXPECT_EQ(c.fallbacks(), 0);
+  EXPECT_TRUE(c.speculate());
+  EXPECT_NEAR(c.speculative_ms_per_token(), 3.25, 0.3);
+  // And the opposite: 1 token in 6 ms, 2 tokens in 12 ms is 6 ms per token, worse than 4.
+  BreakEvenController d;
+  d.record_plain(4);
+  for (int i = 0; i < 4; ++i) {
+    d.record_speculative(1, 0, 6);
+    d.record_speculative(2, 0, 12);
+  }
+  EXPECT_GE(d.fallbacks(), 1);
+}
+
 TEST(BreakEvenController, DisabledAlwaysSpeculates) {
   ControllerOptions o;
   o.enabled = false;

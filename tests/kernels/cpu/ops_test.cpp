@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -146,6 +147,36 @@ TEST(Ops, AttentionGroupMatchesNaive) {
       EXPECT_NEAR(out[g * hd + k], want, 1e-5) << "head " << g << " dim " << k;
     }
   }
+}
+
+// Queries with masks of their own (allowed_stride) in one call give, bit for bit, what each
+// query gives alone with its mask: the batched tree attention relies on it.
+TEST(Ops, AttentionGroupPerQueryMasksMatchOneQueryCalls) {
+  std::mt19937 rng(std::random_device{}());
+  const int64_t hd = 64, n_queries = 5, n_new = 7;
+  auto keys = random_vector(23 * hd, rng), values = random_vector(23 * hd, rng), q = random_vector(n_queries * hd, rng);
+  std::vector<uint8_t> allowed(static_cast<size_t>(n_queries * n_new));
+  for (auto& a : allowed) a = static_cast<uint8_t>(rng() % 2);
+  allowed[0] = 1;  // query 0 sees a new row, so sharing its mask changes query 3
+  for (int64_t j = 0; j < n_new; ++j) allowed[static_cast<size_t>(3 * n_new + j)] = 0;  // query 3 sees only the shared rows
+  std::vector<KvSpan> spans = {{keys.data(), values.data(), 16, nullptr},
+                               {keys.data() + 16 * hd, values.data() + 16 * hd, n_new, allowed.data(), n_new}};
+  std::vector<float> scores(n_queries * 23), out(n_queries * hd);
+  attention_group(q.data(), n_queries, hd, spans, 0.125f, scores.data(), out.data());
+  for (int64_t g = 0; g < n_queries; ++g) {
+    std::vector<KvSpan> own = spans;
+    own[1].allowed = allowed.data() + g * n_new;
+    own[1].allowed_stride = 0;
+    std::vector<float> one_scores(23), one(hd);
+    attention_group(q.data() + g * hd, 1, hd, own, 0.125f, one_scores.data(), one.data());
+    ASSERT_EQ(0, std::memcmp(one.data(), out.data() + g * hd, hd * sizeof(float))) << "query " << g;
+  }
+  // A different mask must change the result (the stride is really used).
+  std::vector<KvSpan> shared = spans;
+  shared[1].allowed_stride = 0;
+  std::vector<float> shared_out(out.size());
+  attention_group(q.data(), n_queries, hd, shared, 0.125f, scores.data(), shared_out.data());
+  EXPECT_NE(0, std::memcmp(shared_out.data() + 3 * hd, out.data() + 3 * hd, hd * sizeof(float)));
 }
 
 }  // namespace
