@@ -134,6 +134,11 @@ struct CpuTransformer::Impl {
     for (auto& b : tree_out) b.ensure(static_cast<size_t>(kTreeChunk * cfg.head_dim));
   }
 
+  // Per-token elementwise work (RMSNorm, SwiGLU, RoPE, int8 quantization) takes about a
+  // microsecond a token, less than waking the pool for a region costs, so verify-sized batches
+  // (up to a 16-node tree) do it on the calling thread; prefill-sized ones split it.
+  static constexpr int64_t kInlineRowsBelow = 17;
+
   // Runs fn(begin, end) over [0, n) split across the pool, or inline when n is small.
   template <class Fn>
   void parallel_for(int64_t n, int64_t grain, int64_t inline_below, Fn&& fn) {
@@ -164,7 +169,7 @@ struct CpuTransformer::Impl {
         src = xn.data();
         ld_src = K;
       }
-      parallel_for(T, 1, 4, [&](int64_t begin, int64_t end) {
+      parallel_for(T, 1, kInlineRowsBelow, [&](int64_t begin, int64_t end) {
         for (int64_t t = begin; t < end; ++t) {
           if (input == Input::RmsNorm) {
             rmsnorm(in + t * ld_in, norm_weight, xn.data() + t * K, K, cfg.rms_eps);
@@ -309,7 +314,7 @@ struct CpuTransformer::Impl {
   // x += MoE(RMSNorm(x)) for layer l; routing statistics to trace->moe_stats and the observer.
   void moe_ffn(int64_t l, int64_t T, const PackedLayer& L, const SparseConfig* sc, const ForwardContext* trace) {
     const int64_t dim = cfg.dim;
-    parallel_for(T, 1, 4, [&](int64_t begin, int64_t end) {
+    parallel_for(T, 1, kInlineRowsBelow, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) rmsnorm(x.data() + t * dim, L.ffn_norm.data(), xn.data() + t * dim, dim, cfg.rms_eps);
     });
     MoeSkip skip;
@@ -392,7 +397,7 @@ struct CpuTransformer::Impl {
       const PackedLayer& L = layers[static_cast<size_t>(l)];
       PhaseSpan layer_span(trace ? trace->observer : nullptr, "layer", trace ? trace->round : -1, static_cast<int32_t>(l));
       project(L.qkv, x.data(), dim, T, Input::RmsNorm, L.attn_norm.data(), qkv.data(), qkv_ld, false);
-      parallel_for(T, 1, 4, [&](int64_t begin, int64_t end) {
+      parallel_for(T, 1, kInlineRowsBelow, [&](int64_t begin, int64_t end) {
         for (int64_t t = begin; t < end; ++t) {
           float* row = qkv.data() + t * qkv_ld;
           if (L.extras.active()) L.extras.apply(row);
