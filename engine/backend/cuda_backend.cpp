@@ -17,6 +17,7 @@
 #include "kernels/cpu/tensor_type.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/model_ops.h"
+#include "kernels/cuda/skinny_gemm.h"
 #endif
 
 namespace specula {
@@ -160,7 +161,8 @@ struct CudaBackend::Impl {
   // Scratch for up to scratch_T tokens.
   int64_t scratch_T = 0;
   DeviceBuffer<float> x, qkv, gu, logits;
-  DeviceBuffer<bf16_bits> xn, att;
+  DeviceBuffer<float> xn, att;     // projection inputs, f32 (kernels/cuda/skinny_gemm.h)
+  DeviceBuffer<bf16_bits> x_bf16;  // a projection input rounded for cuBLAS (prefill)
   DeviceBuffer<int32_t> ids;    // tokens (T) then positions (T)
   DeviceBuffer<uint8_t> mask;   // (T, T)
   int32_t* host_ids = nullptr;  // pinned staging, 2·scratch_T
@@ -323,6 +325,7 @@ struct CudaBackend::Impl {
     if (auto ok = logits.allocate(T * cfg.vocab_size, "logits"); !ok) return ok;
     if (auto ok = xn.allocate(T * wide, "xn"); !ok) return ok;
     if (auto ok = att.allocate(T * q_dim(), "attention out"); !ok) return ok;
+    if (auto ok = x_bf16.allocate(T * std::max(wide, q_dim()), "bf16 projection input"); !ok) return ok;
     if (auto ok = ids.allocate(2 * T, "token ids"); !ok) return ok;
     if (auto ok = mask.allocate(T * T, "mask"); !ok) return ok;
     if (host_ids) cudaFreeHost(host_ids);
@@ -335,15 +338,19 @@ struct CudaBackend::Impl {
     return {};
   }
 
-  // Y(T, N) (+)= X(T, K) · W(N, K)ᵀ; bf16 in, f32 compute and out. In cuBLAS's column-major
-  // view W is (K, N) with ld K, so Yᵀ = op_T(W) · Xᵀ.
-  Status gemm(const bf16_bits* W, int64_t N, int64_t K, const bf16_bits* X, int64_t T, float* Y, int64_t ldy,
+  // Y(T, N) (+)= X(T, K) · W(N, K)ᵀ; W bf16, X f32 (row stride K), f32 compute and out. Up to
+  // kSkinnyMaxRows rows (decode and verify) our skinny kernel keeps X in f32; above that
+  // (prefill) cuBLAS multiplies X rounded to bf16. In cuBLAS's column-major view W is (K, N)
+  // with ld K, so Yᵀ = op_T(W) · Xᵀ.
+  Status gemm(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t T, float* Y, int64_t ldy,
               bool accumulate) {
+    if (cuda::skinny_gemm(W, N, K, X, K, T, Y, ldy, accumulate, stream)) return {};
+    cuda::f32_to_bf16(X, T * K, x_bf16.get(), stream);
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     const cublasStatus_t s =
         cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(T), static_cast<int>(K),
-                     &alpha, W, CUDA_R_16BF, static_cast<int>(K), X, CUDA_R_16BF, static_cast<int>(K), &beta, Y,
-                     CUDA_R_32F, static_cast<int>(ldy), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+                     &alpha, W, CUDA_R_16BF, static_cast<int>(K), x_bf16.get(), CUDA_R_16BF, static_cast<int>(K), &beta,
+                     Y, CUDA_R_32F, static_cast<int>(ldy), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (s != CUBLAS_STATUS_SUCCESS) {
       return make_error("CUDA backend: cublasGemmEx (" + std::to_string(N) + "x" + std::to_string(K) + " by " +
                         std::to_string(T) + " tokens) failed: " + cublasGetStatusString(s));
@@ -445,21 +452,21 @@ class CudaSession final : public BackendSession {
     for (int64_t l = 0; l < c.n_layers; ++l) {
       const GpuLayer& L = b.layers[static_cast<size_t>(l)];
       const cuda::PagedKvLayer& kv = layers_[static_cast<size_t>(l)];
-      cuda::rmsnorm_to_bf16(b.x.get(), dim, L.attn_norm.get(), T, dim, c.rms_eps, b.xn.get(), s);
+      cuda::rmsnorm_rows(b.x.get(), dim, L.attn_norm.get(), T, dim, c.rms_eps, b.xn.get(), s);
       if (auto ok = b.gemm(L.qkv.get(), ld, dim, b.xn.get(), T, b.qkv.get(), ld, false); !ok) return ok;
       cuda::rope_in_place(b.qkv.get(), ld, T, c.n_heads, c.n_kv_heads, c.head_dim, pos_dev, c.rope_theta, adjacent, s);
       cuda::kv_append(kv, b.qkv.get(), ld, qd, qd + kvd, T, first_new, s);
       cuda::kv_update_min_max(kv, first_new / B_, (first_new + T - 1) / B_ + 1, first_new + T, s);
       cuda::attention_simple(b.qkv.get(), ld, T, c.n_heads, kv, committed_, first_new, mask_dev, scale, b.att.get(), s);
       if (auto ok = b.gemm(L.wo.get(), dim, qd, b.att.get(), T, b.x.get(), dim, true); !ok) return ok;
-      cuda::rmsnorm_to_bf16(b.x.get(), dim, L.ffn_norm.get(), T, dim, c.rms_eps, b.xn.get(), s);
+      cuda::rmsnorm_rows(b.x.get(), dim, L.ffn_norm.get(), T, dim, c.rms_eps, b.xn.get(), s);
       if (auto ok = b.gemm(L.gate_up.get(), 2 * ffn, dim, b.xn.get(), T, b.gu.get(), 2 * ffn, false); !ok) return ok;
-      cuda::swiglu_to_bf16(b.gu.get(), T, ffn, b.xn.get(), s);
+      cuda::swiglu_rows(b.gu.get(), T, ffn, b.xn.get(), s);
       if (auto ok = b.gemm(L.down.get(), dim, ffn, b.xn.get(), T, b.x.get(), dim, true); !ok) return ok;
     }
     const int64_t first_out = rows == LogitRows::All ? 0 : T - 1;
     const int64_t n_out = T - first_out;
-    cuda::rmsnorm_to_bf16(b.x.get() + first_out * dim, dim, b.output_norm.get(), n_out, dim, c.rms_eps, b.xn.get(), s);
+    cuda::rmsnorm_rows(b.x.get() + first_out * dim, dim, b.output_norm.get(), n_out, dim, c.rms_eps, b.xn.get(), s);
     if (auto ok = b.gemm(b.output, V, dim, b.xn.get(), n_out, b.logits.get(), V, false); !ok) return ok;
     SPECULA_CUDA_TRY(cudaGetLastError(), "kernel launch in forward");
     SPECULA_CUDA_TRY(cudaMemcpyAsync(logits.data(), b.logits.get(), n_out * V * 4, cudaMemcpyDeviceToHost, s),

@@ -25,7 +25,7 @@ __global__ void embed_kernel(const bf16_bits* __restrict__ table, const int32_t*
 
 // One block (256 threads) per row.
 __global__ void rmsnorm_kernel(const float* __restrict__ x, int64_t ld_x, const float* __restrict__ w, int64_t dim,
-                               float eps, bf16_bits* __restrict__ out) {
+                               float eps, float* __restrict__ out) {
   __shared__ float partial[32];
   const float* row = x + blockIdx.x * ld_x;
   float sum = 0;
@@ -40,15 +40,15 @@ __global__ void rmsnorm_kernel(const float* __restrict__ x, int64_t ld_x, const 
   }
   __syncthreads();
   const float inv = rsqrtf(partial[0] / static_cast<float>(dim) + eps);
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) out[blockIdx.x * dim + i] = to_bf(row[i] * inv * w[i]);
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) out[blockIdx.x * dim + i] = row[i] * inv * w[i];
 }
 
-__global__ void swiglu_kernel(const float* __restrict__ gu, int64_t ffn, bf16_bits* __restrict__ out) {
+__global__ void swiglu_kernel(const float* __restrict__ gu, int64_t ffn, float* __restrict__ out) {
   const int64_t t = blockIdx.y;
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= ffn) return;
   const float g = gu[t * 2 * ffn + i], u = gu[t * 2 * ffn + ffn + i];
-  out[t * ffn + i] = to_bf(g / (1.0f + expf(-g)) * u);
+  out[t * ffn + i] = g / (1.0f + expf(-g)) * u;
 }
 
 // grid.x = token; threads over (head, pair).
@@ -134,7 +134,7 @@ constexpr int kMaxPerLane = 8;  // head_dim ≤ 256
 // optimized tree/sparse kernels live in tree_attention.cu / sparse_attention.cu.
 __global__ void attention_kernel(const float* __restrict__ q, int64_t ld_q, int64_t T, int64_t n_heads,
                                  PagedKvLayer kv, int64_t committed, int64_t first_new,
-                                 const uint8_t* __restrict__ mask, float scale, bf16_bits* __restrict__ out) {
+                                 const uint8_t* __restrict__ mask, float scale, float* __restrict__ out) {
   const int64_t h = blockIdx.x, t = blockIdx.y, hd = kv.head_dim;
   const int64_t kvh = h / (n_heads / kv.n_kv_heads);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -192,7 +192,7 @@ __global__ void attention_kernel(const float* __restrict__ q, int64_t ld_q, int6
   for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
     float v = 0.0f;
     for (int w = 0; w < kAttnWarps; ++w) v += weights[w] * sm_acc[w][d];
-    out[t * n_heads * hd + h * hd + d] = to_bf(denom > 0.0f ? v / denom : 0.0f);
+    out[t * n_heads * hd + h * hd + d] = denom > 0.0f ? v / denom : 0.0f;
   }
 }
 
@@ -230,12 +230,12 @@ void embed_rows(const bf16_bits* table, const int32_t* tokens, int64_t T, int64_
   embed_kernel<<<static_cast<unsigned>(T), 256, 0, stream>>>(table, tokens, dim, x);
 }
 
-void rmsnorm_to_bf16(const float* x, int64_t ld_x, const float* weight, int64_t T, int64_t dim, float eps,
-                     bf16_bits* out, cudaStream_t stream) {
+void rmsnorm_rows(const float* x, int64_t ld_x, const float* weight, int64_t T, int64_t dim, float eps, float* out,
+                  cudaStream_t stream) {
   rmsnorm_kernel<<<static_cast<unsigned>(T), 256, 0, stream>>>(x, ld_x, weight, dim, eps, out);
 }
 
-void swiglu_to_bf16(const float* gu, int64_t T, int64_t ffn, bf16_bits* out, cudaStream_t stream) {
+void swiglu_rows(const float* gu, int64_t T, int64_t ffn, float* out, cudaStream_t stream) {
   swiglu_kernel<<<dim3(static_cast<unsigned>((ffn + 255) / 256), static_cast<unsigned>(T)), 256, 0, stream>>>(gu, ffn,
                                                                                                              out);
 }
@@ -268,7 +268,7 @@ void kv_move_rows(const PagedKvLayer& kv, const int32_t* from, const int32_t* to
 }
 
 void attention_simple(const float* q, int64_t ld_q, int64_t T, int64_t n_heads, const PagedKvLayer& kv,
-                      int64_t committed, int64_t first_new, const uint8_t* mask, float scale, bf16_bits* out,
+                      int64_t committed, int64_t first_new, const uint8_t* mask, float scale, float* out,
                       cudaStream_t stream) {
   attention_kernel<<<dim3(static_cast<unsigned>(n_heads), static_cast<unsigned>(T)), kAttnWarps * 32, 0, stream>>>(
       q, ld_q, T, n_heads, kv, committed, first_new, mask, scale, out);

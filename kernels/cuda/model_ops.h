@@ -28,11 +28,12 @@ struct PagedKvLayer {
 
 // x[t] = table[tokens[t]] as f32. table: (vocab, dim) bf16; x: (T, dim).
 void embed_rows(const bf16_bits* table, const int32_t* tokens, int64_t T, int64_t dim, float* x, cudaStream_t stream);
-// out[t] = bf16(x[t] / rms(x[t]) · weight). x: (T, dim) f32 with row stride ld_x.
-void rmsnorm_to_bf16(const float* x, int64_t ld_x, const float* weight, int64_t T, int64_t dim, float eps,
-                     bf16_bits* out, cudaStream_t stream);
-// out[t, i] = bf16(silu(gu[t, i]) · gu[t, ffn + i]). gu: (T, 2·ffn) f32; out: (T, ffn).
-void swiglu_to_bf16(const float* gu, int64_t T, int64_t ffn, bf16_bits* out, cudaStream_t stream);
+// out[t] = x[t] / rms(x[t]) · weight. x: (T, dim) f32 with row stride ld_x; out: (T, dim) f32.
+// Activations stay f32 up to the projections (kernels/cuda/skinny_gemm.h says why).
+void rmsnorm_rows(const float* x, int64_t ld_x, const float* weight, int64_t T, int64_t dim, float eps, float* out,
+                  cudaStream_t stream);
+// out[t, i] = silu(gu[t, i]) · gu[t, ffn + i]. gu: (T, 2·ffn) f32; out: (T, ffn) f32.
+void swiglu_rows(const float* gu, int64_t T, int64_t ffn, float* out, cudaStream_t stream);
 // RoPE in place on the first n_heads + n_kv_heads heads of each row of qkv (Q heads then K
 // heads, head_dim each, row stride ld). adjacent: pairs (2i, 2i+1), else (i, i + head_dim/2).
 void rope_in_place(float* qkv, int64_t ld, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
@@ -51,9 +52,9 @@ void kv_move_rows(const PagedKvLayer& kv, const int32_t* from, const int32_t* to
 // Attention of T new tokens, one (token, query head) per thread block, online softmax in f32.
 // q: row t at q + t·ld_q, heads of head_dim. Token t sees KV rows [0, committed) and new rows
 // first_new + j for j allowed by mask (T×T uint8, row-major; nullptr = causal j ≤ t).
-// out: (T, n_heads·head_dim) bf16. head_dim ≤ 256 and even.
+// out: (T, n_heads·head_dim) f32. head_dim ≤ 256 and even.
 void attention_simple(const float* q, int64_t ld_q, int64_t T, int64_t n_heads, const PagedKvLayer& kv,
-                      int64_t committed, int64_t first_new, const uint8_t* mask, float scale, bf16_bits* out,
+                      int64_t committed, int64_t first_new, const uint8_t* mask, float scale, float* out,
                       cudaStream_t stream);
 
 // Deterministic pseudo-random fill (hash of seed and index): uniform in [-scale, scale).

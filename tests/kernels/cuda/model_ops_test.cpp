@@ -17,7 +17,6 @@ namespace specula::cuda {
 namespace {
 
 float bf_round(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
-float bf_value(uint16_t bits) { return __bfloat162float(__ushort_as_bfloat16(bits)); }
 
 template <class T>
 T* upload(const std::vector<T>& h) {
@@ -59,9 +58,9 @@ TEST_F(ModelOpsTest, RmsNormSwiGluRopeMatchCpu) {
   auto x = random(T * dim, 3.0f), w = random(dim, 1.5f);
   float* dx = upload(x);
   float* dw = upload(w);
-  uint16_t* dout = nullptr;
-  ASSERT_EQ(cudaMalloc(&dout, T * ffn * 2), cudaSuccess);
-  rmsnorm_to_bf16(dx, dim, dw, T, dim, 1e-5f, dout, nullptr);
+  float* dout = nullptr;
+  ASSERT_EQ(cudaMalloc(&dout, T * ffn * 4), cudaSuccess);
+  rmsnorm_rows(dx, dim, dw, T, dim, 1e-5f, dout, nullptr);
   auto out = download(dout, T * dim);
   double worst = 0;
   for (int64_t t = 0; t < T; ++t) {
@@ -70,23 +69,24 @@ TEST_F(ModelOpsTest, RmsNormSwiGluRopeMatchCpu) {
     const double inv = 1.0 / std::sqrt(ss / dim + 1e-5);
     for (int64_t i = 0; i < dim; ++i) {
       const double ref = x[t * dim + i] * inv * w[i];
-      worst = std::max(worst, std::abs(bf_value(out[t * dim + i]) - ref) / (std::abs(ref) + 1e-3));
+      worst = std::max(worst, std::abs(out[t * dim + i] - ref) / (std::abs(ref) + 1e-3));
     }
   }
-  EXPECT_LT(worst, 8e-3) << "rmsnorm";
+  // f32 out: only the f32 sums and rsqrtf differ from the double reference.
+  EXPECT_LT(worst, 1e-4) << "rmsnorm";
 
   auto gu = random(T * 2 * ffn, 4.0f);
   float* dgu = upload(gu);
-  swiglu_to_bf16(dgu, T, ffn, dout, nullptr);
+  swiglu_rows(dgu, T, ffn, dout, nullptr);
   out = download(dout, T * ffn);
   worst = 0;
   for (int64_t t = 0; t < T; ++t)
     for (int64_t i = 0; i < ffn; ++i) {
       const double g = gu[t * 2 * ffn + i], u = gu[t * 2 * ffn + ffn + i];
       const double ref = g / (1 + std::exp(-g)) * u;
-      worst = std::max(worst, std::abs(bf_value(out[t * ffn + i]) - ref) / (std::abs(ref) + 1e-3));
+      worst = std::max(worst, std::abs(out[t * ffn + i] - ref) / (std::abs(ref) + 1e-3));
     }
-  EXPECT_LT(worst, 8e-3) << "swiglu";
+  EXPECT_LT(worst, 1e-4) << "swiglu";
 
   for (bool adjacent : {true, false}) {
     const int64_t ld = (heads + 2 * kv_heads) * hd;
@@ -152,8 +152,8 @@ TEST_F(ModelOpsTest, PagedAppendMinMaxAndMaskedAttentionMatchCpu) {
   for (int64_t i = 0; i < T; ++i)
     for (int64_t j = 0; j < T; ++j) mask[i * T + j] = (i == j) || coin(rng_);
   uint8_t* dmask = upload(mask);
-  uint16_t* dout = nullptr;
-  ASSERT_EQ(cudaMalloc(&dout, T * qd * 2), cudaSuccess);
+  float* dout = nullptr;
+  ASSERT_EQ(cudaMalloc(&dout, T * qd * 4), cudaSuccess);
   const float scale = 1.0f / std::sqrt(float(hd));
   const float* q = dall + committed * ld;
   for (bool use_mask : {true, false}) {
@@ -183,14 +183,15 @@ TEST_F(ModelOpsTest, PagedAppendMinMaxAndMaskedAttentionMatchCpu) {
         for (int64_t k = 0; k < hd; ++k) {
           double ref = 0;
           for (size_t n = 0; n < s.size(); ++n) ref += s[n] / z * bf_round(all[idx[n] * ld + qd + kvd + g * hd + k]);
-          const double got = bf_value(out[t * qd + h * hd + k]);
+          const double got = out[t * qd + h * hd + k];
           num += (got - ref) * (got - ref);
           den += ref * ref;
         }
       }
     const double err = std::sqrt(num / den);
     std::printf("attention (mask=%d) rel L2 %.2e\n", use_mask, err);
-    EXPECT_LT(err, 1e-2);
+    // The reference reads the same bf16 keys and values; only f32 arithmetic differs.
+    EXPECT_LT(err, 1e-4);
   }
   // Block min/max over the rows present, per (block, head, dim).
   auto kmin = download(kv.key_min, meta.size()), kmax = download(kv.key_max, meta.size());

@@ -1,0 +1,142 @@
+// The projections of a decode or verify step, T = 1..64 rows: our skinny kernel (bf16 weights,
+// f32 activations; kernels/cuda/skinny_gemm.h) against cuBLAS's bf16 GEMM on the same weights
+// (activations rounded to bf16 first, as the CUDA backend does for prefill), side by side in one
+// run, with the measured copy bandwidth as the ceiling. Bytes counted: the weights once, X and Y.
+// Shapes: SmolLM2-135M's fused projections and lm_head, and Llama-3.1-8B's (random weights:
+// timing only, and the output says so).
+#include <CLI/CLI.hpp>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "bench/bench_info.h"
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/model_ops.h"
+#include "kernels/cuda/skinny_gemm.h"
+
+namespace {
+
+struct Shape {
+  const char* model;
+  const char* name;
+  int64_t N, K;
+};
+
+#define CHECK_CUDA(call)                                                                  \
+  do {                                                                                    \
+    const cudaError_t e_ = (call);                                                        \
+    if (e_ != cudaSuccess) {                                                              \
+      std::fprintf(stderr, "bench_skinny_gemm: %s: %s\n", #call, cudaGetErrorString(e_)); \
+      return 1;                                                                           \
+    }                                                                                     \
+  } while (0)
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string commit = "unknown", out_path;
+  int iterations = 50;
+  CLI::App app{"bench_skinny_gemm: decode/verify projections, skinny kernel vs cuBLAS bf16 GEMM"};
+  app.add_option("--commit", commit);
+  app.add_option("--out", out_path);
+  app.add_option("--iterations", iterations)->check(CLI::Range(1, 100000));
+  CLI11_PARSE(app, argc, argv);
+  using namespace specula;
+  if (cuda::device_count() == 0) {
+    std::fprintf(stderr, "bench_skinny_gemm: skipped: no GPU (%s)\n", cuda::no_device_reason().c_str());
+    return 0;
+  }
+  cuda::DeviceInfo dev;
+  cuda::device_info(0, &dev);
+  cuda::CopyBandwidth copy;
+  std::string error;
+  if (!cuda::measure_copy_bandwidth(1ull << 30, 20, &copy, &error)) {
+    std::fprintf(stderr, "bench_skinny_gemm: %s\n", error.c_str());
+    return 1;
+  }
+  const std::vector<Shape> shapes = {
+      {"SmolLM2-135M", "qkv", 960, 576},          {"SmolLM2-135M", "gate_up", 3072, 576},
+      {"SmolLM2-135M", "down", 576, 1536},        {"SmolLM2-135M", "lm_head", 49152, 576},
+      {"llama-3.1-8b (synthetic)", "qkv", 6144, 4096},  {"llama-3.1-8b (synthetic)", "gate_up", 28672, 4096},
+      {"llama-3.1-8b (synthetic)", "down", 4096, 14336}, {"llama-3.1-8b (synthetic)", "lm_head", 128256, 4096},
+  };
+  const std::vector<int64_t> rows = {1, 4, 16, 32, 64};
+  cublasHandle_t cublas;
+  if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS) {
+    std::fprintf(stderr, "bench_skinny_gemm: cublasCreate failed\n");
+    return 1;
+  }
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreate(&stream));
+  cublasSetStream(cublas, stream);
+  cudaEvent_t start, stop;
+  CHECK_CUDA(cudaEventCreate(&start));
+  CHECK_CUDA(cudaEventCreate(&stop));
+  nlohmann::json results = nlohmann::json::array();
+  for (const auto& s : shapes) {
+    uint16_t* w = nullptr;
+    float *x = nullptr, *y = nullptr;
+    uint16_t* xb = nullptr;
+    const int64_t max_T = rows.back();
+    CHECK_CUDA(cudaMalloc(&w, s.N * s.K * 2));
+    CHECK_CUDA(cudaMalloc(&x, max_T * s.K * 4));
+    CHECK_CUDA(cudaMalloc(&xb, max_T * s.K * 2));
+    CHECK_CUDA(cudaMalloc(&y, max_T * s.N * 4));
+    cuda::fill_uniform_bf16(w, s.N * s.K, 1, 0.05f, stream);
+    cuda::fill_f32(x, max_T * s.K, 0.5f, stream);
+    for (int64_t T : rows) {
+      auto time_ms = [&](auto&& fn) {
+        fn();  // warm-up
+        cudaEventRecord(start, stream);
+        for (int i = 0; i < iterations; ++i) fn();
+        cudaEventRecord(stop, stream);
+        cudaEventSynchronize(stop);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, start, stop);
+        return static_cast<double>(ms) / iterations;
+      };
+      const double skinny_ms = time_ms([&] { cuda::skinny_gemm(w, s.N, s.K, x, s.K, T, y, s.N, false, stream); });
+      const float alpha = 1, beta = 0;
+      const double cublas_ms = time_ms([&] {
+        cuda::f32_to_bf16(x, T * s.K, xb, stream);
+        cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, int(s.N), int(T), int(s.K), &alpha, w, CUDA_R_16BF, int(s.K), xb,
+                     CUDA_R_16BF, int(s.K), &beta, y, CUDA_R_32F, int(s.N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      });
+      CHECK_CUDA(cudaGetLastError());
+      const double bytes = double(s.N * s.K * 2 + T * s.K * 4 + T * s.N * 4);
+      const double skinny_gbps = bytes / (skinny_ms * 1e-3) / 1e9, cublas_gbps = bytes / (cublas_ms * 1e-3) / 1e9;
+      results.push_back({{"model", s.model}, {"projection", s.name}, {"N", s.N}, {"K", s.K}, {"rows", T},
+                         {"skinny_us", skinny_ms * 1e3}, {"cublas_bf16_us", cublas_ms * 1e3},
+                         {"skinny_GBps", skinny_gbps}, {"cublas_GBps", cublas_gbps},
+                         {"skinny_fraction_of_copy", skinny_gbps * 1e9 / copy.bytes_per_s},
+                         {"skinny_over_cublas_speed", cublas_ms / skinny_ms}});
+      std::printf("%-26s %-8s T=%-3lld skinny %8.1f us (%6.0f GB/s)  cuBLAS %8.1f us (%6.0f GB/s)\n", s.model, s.name,
+                  static_cast<long long>(T), skinny_ms * 1e3, skinny_gbps, cublas_ms * 1e3, cublas_gbps);
+    }
+    cudaFree(w);
+    cudaFree(x);
+    cudaFree(xb);
+    cudaFree(y);
+  }
+  nlohmann::json out = {
+      {"bench", "skinny_gemm"},
+      {"date", bench::utc_now()},
+      {"device", {{"name", dev.name}, {"sm", std::to_string(dev.sm_major) + std::to_string(dev.sm_minor)},
+                  {"driver", bench::nvidia_driver()}, {"runtime_version", dev.runtime_version}}},
+      {"host", bench::host_info()},
+      {"commit", commit},
+      {"command", bench::command_line(argc, argv)},
+      {"weights", "random bf16 (timing only: synthetic)"},
+      {"bytes_counted", "weights once (N*K*2) + X (T*K*4) + Y (T*N*4)"},
+      {"copy_bandwidth_GBps", copy.bytes_per_s / 1e9},
+      {"results", results},
+  };
+  if (!out_path.empty()) std::ofstream(out_path) << out.dump(2) << "\n";
+  cublasDestroy(cublas);
+  return 0;
+}

@@ -1,0 +1,108 @@
+// kernels/cuda/skinny_gemm (bf16 weights × f32 activations) against a double-precision CPU
+// product over the same bf16 weights, on random inputs drawn fresh every run.
+#include <gtest/gtest.h>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/skinny_gemm.h"
+
+namespace specula::cuda {
+namespace {
+
+class SkinnyGemmTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (device_count() == 0) {
+      std::puts("skipped: no GPU");
+      GTEST_SKIP() << "skipped: no GPU";
+    }
+    seed_ = std::random_device{}();
+    std::printf("seed %u\n", seed_);
+    rng_.seed(seed_);
+  }
+  std::vector<float> random(size_t n, float scale) {
+    std::uniform_real_distribution<float> u(-scale, scale);
+    std::vector<float> v(n);
+    for (auto& x : v) x = u(rng_);
+    return v;
+  }
+  unsigned seed_ = 0;
+  std::mt19937 rng_;
+};
+
+TEST_F(SkinnyGemmTest, MatchesDoubleReferenceForEveryRowCount) {
+  const int64_t N = 1000, K = 1544;  // N not a multiple of the 8 rows a block takes
+  const int64_t ld_x = K + 4;        // a padded row stride
+  const auto wf = random(N * K, 0.05f);
+  std::vector<uint16_t> w(wf.size());
+  std::vector<float> w_rounded(wf.size());
+  for (size_t i = 0; i < wf.size(); ++i) {
+    const __nv_bfloat16 b = __float2bfloat16_rn(wf[i]);
+    w[i] = __bfloat16_as_ushort(b);
+    w_rounded[i] = __bfloat162float(b);
+  }
+  uint16_t* dw = nullptr;
+  float *dx = nullptr, *dy = nullptr;
+  const int64_t max_T = kSkinnyMaxRows;
+  ASSERT_EQ(cudaMalloc(&dw, w.size() * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dx, max_T * ld_x * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dy, max_T * N * 4), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dw, w.data(), w.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  for (int64_t T : {1, 2, 3, 5, 8, 13, 16, 17, 32, 33, 64}) {
+    for (bool accumulate : {false, true}) {
+      const auto x = random(T * ld_x, 2.0f), y0 = random(T * N, 1.0f);
+      ASSERT_EQ(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(dy, y0.data(), y0.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_TRUE(skinny_gemm(dw, N, K, dx, ld_x, T, dy, N, accumulate, nullptr));
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      std::vector<float> y(T * N);
+      ASSERT_EQ(cudaMemcpy(y.data(), dy, y.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      double num = 0, den = 0, worst = 0;
+      for (int64_t t = 0; t < T; ++t) {
+        for (int64_t n = 0; n < N; ++n) {
+          double ref = accumulate ? y0[t * N + n] : 0.0;
+          for (int64_t k = 0; k < K; ++k) ref += double(w_rounded[n * K + k]) * x[t * ld_x + k];
+          const double d = y[t * N + n] - ref;
+          num += d * d;
+          den += ref * ref;
+          worst = std::max(worst, std::abs(d));
+        }
+      }
+      // f32 accumulation over 1544 products of size ~0.05: well under 1e-5 relative.
+      EXPECT_LT(std::sqrt(num / den), 1e-5) << "T " << T << " accumulate " << accumulate;
+      EXPECT_LT(worst, 1e-3) << "T " << T << " accumulate " << accumulate;
+    }
+  }
+  cudaFree(dw);
+  cudaFree(dx);
+  cudaFree(dy);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+TEST_F(SkinnyGemmTest, RefusesShapesItDoesNotCover) {
+  uint16_t* dw = nullptr;
+  float *dx = nullptr, *dy = nullptr;
+  ASSERT_EQ(cudaMalloc(&dw, 64 * 64 * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dx, 128 * 64 * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dy, 128 * 64 * 4), cudaSuccess);
+  EXPECT_FALSE(skinny_gemm(dw, 64, 60, dx, 60, 1, dy, 64, false, nullptr));   // K not a multiple of 8
+  EXPECT_FALSE(skinny_gemm(dw, 64, 64, dx, 66, 1, dy, 64, false, nullptr));   // row stride not 16-byte
+  EXPECT_FALSE(skinny_gemm(dw, 64, 64, dx, 64, 0, dy, 64, false, nullptr));   // no rows
+  EXPECT_FALSE(skinny_gemm(dw, 64, 64, dx, 64, kSkinnyMaxRows + 1, dy, 64, false, nullptr));
+  EXPECT_FALSE(skinny_gemm(dw + 1, 64, 64, dx, 64, 1, dy, 64, false, nullptr));  // misaligned W
+  EXPECT_TRUE(skinny_gemm(dw, 64, 64, dx, 64, 1, dy, 64, false, nullptr));
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  cudaFree(dw);
+  cudaFree(dx);
+  cudaFree(dy);
+}
+
+}  // namespace
+}  // namespace specula::cuda
