@@ -338,13 +338,13 @@ struct CudaBackend::Impl {
     return {};
   }
 
-  // Y(T, N) (+)= X(T, K) · W(N, K)ᵀ; W bf16, X f32 (row stride K), f32 compute and out. Up to
-  // kSkinnyMaxRows rows (decode and verify) our skinny kernel keeps X in f32; above that
-  // (prefill) cuBLAS multiplies X rounded to bf16. In cuBLAS's column-major view W is (K, N)
-  // with ld K, so Yᵀ = op_T(W) · Xᵀ.
+  // Y(T, N) (+)= X(T, K) · W(N, K)ᵀ; W bf16, X f32 (row stride K), f32 compute and out. Where it
+  // is faster (decode: kernels/cuda/skinny_gemm.h) our skinny kernel multiplies X in f32; else
+  // cuBLAS multiplies X rounded to bf16. In cuBLAS's column-major view W is (K, N) with ld K, so
+  // Yᵀ = op_T(W) · Xᵀ.
   Status gemm(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t T, float* Y, int64_t ldy,
               bool accumulate) {
-    if (cuda::skinny_gemm(W, N, K, X, K, T, Y, ldy, accumulate, stream)) return {};
+    if (cuda::skinny_gemm_pays(N, K, T) && cuda::skinny_gemm(W, N, K, X, K, T, Y, ldy, accumulate, stream)) return {};
     cuda::f32_to_bf16(X, T * K, x_bf16.get(), stream);
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     const cublasStatus_t s =

@@ -1,10 +1,11 @@
 #pragma once
-// Y(T, N) (+)= X(T, K) · W(N, K)ᵀ for the few rows of a decode or verify step: bf16 weights,
-// f32 activations, f32 accumulation. Why our own: cuBLAS takes both operands in one type, so a
-// bf16 GEMM would round every activation to bf16 (8 bits of mantissa) before each projection;
-// over 30 layers that alone moved SmolLM2's logits by up to 2.6e-2 (relative L2) in a CPU
-// simulation. With T ≤ kSkinnyMaxRows the step streams the weights once per 32 rows and is
-// bound by that stream; whether it keeps up with cuBLAS is measured by bench_skinny_gemm.
+// Y(T, N) (+)= X(T, K) · W(N, K)ᵀ for the few rows of a decode step: bf16 weights, f32
+// activations, f32 accumulation. Why our own: a cuBLAS GEMM costs 11-15 us on the H100 whatever
+// the size of SmolLM2's small projections, our kernel 3-6 us at 1-4 rows, and at one row it also
+// streams Llama-8B's weights a little faster (bench/results/skinny_gemm_h100_2026-11-22.json). It
+// reads X once per weight element and row from L1, so above a few rows cuBLAS's tiled GEMM wins:
+// skinny_gemm_pays() says where. Keeping X in f32 was also meant to close the CUDA backend's
+// logits gap against the CPU; it did not (docs/correctness.md).
 #include <cstdint>
 
 typedef struct CUstream_st* cudaStream_t;
@@ -14,6 +15,10 @@ namespace specula::cuda {
 using bf16_bits = uint16_t;
 
 inline constexpr int64_t kSkinnyMaxRows = 64;
+
+// Where the skinny kernel beat cuBLAS's bf16 GEMM in that file: one row always, and up to 4
+// rows for matrices of at most 4M weights (there both take a few microseconds).
+inline bool skinny_gemm_pays(int64_t N, int64_t K, int64_t T) { return T == 1 || (T <= 4 && N * K <= (int64_t{4} << 20)); }
 
 // W: (N, K) row-major bf16; X: (T, K) f32, row stride ld_x; Y: (T, N) f32, row stride ldy.
 // Needs K % 8 == 0, ld_x % 4 == 0, 16-byte aligned W and X, and 1 ≤ T ≤ kSkinnyMaxRows; returns
