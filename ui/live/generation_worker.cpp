@@ -30,6 +30,9 @@ class TokenLabeler final : public Observer {
       bonus_ = acc->bonus;
     } else if (const auto* end = std::get_if<RoundEndEvent>(&event)) {
       emit worker_->roundFinished(static_cast<int>(end->round), end->accepted_length, end->speculative, end->emitted);
+      kv_read_ += end->kv_bytes_read;
+      kv_dense_ += end->kv_bytes_dense;
+      emit worker_->kvTraffic(kv_read_, kv_dense_);
     }
   }
   // The kind of the next token of the current round.
@@ -49,6 +52,8 @@ class TokenLabeler final : public Observer {
   bool speculative_ = false;
   bool bonus_ = false;
   int drafts_left_ = 0;
+  qint64 kv_read_ = 0;   // running totals over the rounds so far (bytes)
+  qint64 kv_dense_ = 0;
 };
 
 }  // namespace

@@ -55,8 +55,9 @@ class GenerationWorker : public QObject {
   void segmentReady(const QString& text, int round, int kind);
   void roundFinished(int round, int accepted_length, bool speculative, int emitted);
   void sessionRecorded(const QString& path, qint64 rounds);
-  // Committed KV the target's attention read over the run, and what dense attention would have
-  // read (bytes; engine/spec/metrics.h), sent just before finished.
+  // Committed KV the target's attention has read so far in the run, and what dense attention
+  // would have read (bytes; engine/spec/metrics.h): sent after every round, and once more with
+  // the run's totals just before finished.
   void kvTraffic(qint64 read_bytes, qint64 dense_bytes);
   void finished(double prefill_tokens_per_s, double decode_tokens_per_s, int tokens);
   void failed(const QString& message);

@@ -178,18 +178,15 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
   connect(worker_, &GenerationWorker::kvTraffic, this, [this](qint64 read, qint64 dense) {
     kv_read_ = read;
     kv_dense_ = dense;
+    refreshCounters();
+    emit kvTrafficChanged(read, dense);
   });
   connect(worker_, &GenerationWorker::finished, this, [this](double prefill, double decode, int tokens) {
     tokens_ = tokens;
     setRunning(false);
     refreshCounters();
-    QString text = counters_->text() + tr(" | prefill %1 tok/s, decode %2 tok/s").arg(prefill, 0, 'f', 1).arg(decode, 0, 'f', 1);
-    if (kv_dense_ > 0) {
-      text += tr(" | KV read %1 of %2 MiB dense (%3%)")
-                  .arg(mebibytes(kv_read_), mebibytes(kv_dense_))
-                  .arg(100.0 * static_cast<double>(kv_read_) / static_cast<double>(kv_dense_), 0, 'f', 1);
-    }
-    counters_->setText(text);
+    counters_->setText(counters_->text() +
+                       tr(" | prefill %1 tok/s, decode %2 tok/s").arg(prefill, 0, 'f', 1).arg(decode, 0, 'f', 1));
     emit runFinished(true);
   });
   connect(worker_, &GenerationWorker::failed, this, [this](const QString& message) {
@@ -369,12 +366,18 @@ void RunPanel::onRoundFinished(int /*round*/, int accepted_length, bool speculat
 
 void RunPanel::refreshCounters() {
   const double seconds = (QDateTime::currentMSecsSinceEpoch() - run_start_ms_) / 1000.0;
-  counters_->setText(tr("%1 tokens, %2 tok/s | mean accepted length %3 over %4 speculative of %5 rounds")
-                         .arg(tokens_)
-                         .arg(seconds > 0 ? tokens_ / seconds : 0.0, 0, 'f', 1)
-                         .arg(meanAcceptedLength(), 0, 'f', 2)
-                         .arg(spec_rounds_)
-                         .arg(rounds_));
+  QString text = tr("%1 tokens, %2 tok/s | mean accepted length %3 over %4 speculative of %5 rounds")
+                     .arg(tokens_)
+                     .arg(seconds > 0 ? tokens_ / seconds : 0.0, 0, 'f', 1)
+                     .arg(meanAcceptedLength(), 0, 'f', 2)
+                     .arg(spec_rounds_)
+                     .arg(rounds_);
+  if (kv_dense_ > 0) {
+    text += tr(" | KV read %1 of %2 MiB dense (%3%)")
+                .arg(mebibytes(kv_read_), mebibytes(kv_dense_))
+                .arg(100.0 * static_cast<double>(kv_read_) / static_cast<double>(kv_dense_), 0, 'f', 1);
+  }
+  counters_->setText(text);
 }
 
 void RunPanel::setRunning(bool running) {

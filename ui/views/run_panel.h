@@ -59,7 +59,8 @@ class RunPanel : public QWidget {
   QVector<int> charactersByKind() const { return chars_by_kind_; }
   double meanAcceptedLength() const;
   bool isRunning() const { return running_; }
-  // The last finished run's committed-KV traffic (bytes): what attention read, and dense's.
+  // Committed-KV traffic of the current run so far, or of the last finished run (bytes): what
+  // attention read, and what dense attention would have read. Updated after every round.
   qint64 kvBytesRead() const { return kv_read_; }
   qint64 kvBytesDense() const { return kv_dense_; }
   QString countersText() const;
@@ -73,6 +74,7 @@ class RunPanel : public QWidget {
  signals:
   void runFinished(bool ok);
   void sessionRecorded(const QString& path);  // a finished run's session file
+  void kvTrafficChanged(qint64 read_bytes, qint64 dense_bytes);  // after every round (running totals)
 
  private:
   void appendSegment(const QString& text, int round, int kind);

@@ -145,6 +145,60 @@ TEST(RunPanel, SparseConfigReadsLessKvThanStrictAndIsRecorded) {
   EXPECT_NE(info->config_json.find(R"("dense_below":32)"), std::string::npos) << info->config_json;
 }
 
+TEST(RunPanel, KvCounterUpdatesEveryRoundWhileTheRunGoes) {
+  if (!have_default_model()) GTEST_SKIP() << "skipped: default model not downloaded";
+  QTemporaryDir dir;
+  RunPanel panel;
+  panel.setSessionDirectory(dir.path());
+  panel.setDrafter("ngram");
+  panel.setChat(false);
+  panel.setMaxTokens(16);
+  panel.setPrompt(long_prompt());
+  const QString config = dir.filePath("sa.json");
+  std::ofstream(config.toStdString()) << R"({"preset": "sa", "dense_below": 32, "eta": 0.1})";
+  panel.setSparseConfigFile(config);
+  struct Update {
+    qint64 read, dense;
+    bool running;
+    QString counters;
+  };
+  std::vector<Update> updates;
+  int rounds_seen = 0;
+  QObject::connect(&panel, &RunPanel::kvTrafficChanged, [&](qint64 read, qint64 dense) {
+    updates.push_back({read, dense, panel.isRunning(), panel.countersText()});
+    EXPECT_EQ(panel.kvBytesRead(), read);
+    EXPECT_EQ(panel.kvBytesDense(), dense);
+  });
+  QObject::connect(&panel, &RunPanel::runFinished, [&] { rounds_seen = static_cast<int>(updates.size()); });
+  const auto outcome = run_and_wait(panel, 120000);
+  ASSERT_TRUE(outcome.has_value() && *outcome) << panel.lastError().toStdString();
+  // One update per round, then the run's totals once more just before it finishes.
+  ASSERT_GE(rounds_seen, 3) << "several rounds, each updating the counter";
+  ASSERT_EQ(static_cast<int>(updates.size()), rounds_seen);
+  for (size_t i = 0; i + 1 < updates.size(); ++i) {
+    EXPECT_TRUE(updates[i].running) << "update " << i << " came while the run was going";
+    EXPECT_TRUE(updates[i].counters.contains("KV read")) << updates[i].counters.toStdString();
+    EXPECT_LE(updates[i].read, updates[i + 1].read);
+    if (i + 2 < updates.size()) {
+      EXPECT_LT(updates[i].dense, updates[i + 1].dense) << "every round reads the committed KV";
+    }
+  }
+  const Update& last = updates.back();
+  const Update& before_last = updates[updates.size() - 2];
+  EXPECT_EQ(last.read, before_last.read) << "the totals equal the sum of the rounds";
+  EXPECT_EQ(last.dense, before_last.dense);
+  EXPECT_LT(last.read, last.dense) << "SA drops blocks";
+  EXPECT_EQ(panel.kvBytesRead(), last.read);
+  EXPECT_EQ(panel.kvBytesDense(), last.dense);
+  EXPECT_LT(updates.front().dense, last.dense) << "the first update is one round, not the run";
+  EXPECT_TRUE(panel.countersText().contains("KV read")) << panel.countersText().toStdString();
+  auto store = profiler::SessionStore::open(panel.lastSessionPath().toStdString());
+  ASSERT_TRUE(store) << store.error().message;
+  auto rounds = store->read_rounds();
+  ASSERT_TRUE(rounds);
+  EXPECT_EQ(updates.size(), rounds->size() + 1) << "one update per recorded round, plus the totals";
+}
+
 TEST(RunPanel, EngineRefusalsShowTheEngineErrorAndThePanelRunsAgain) {
   if (!have_default_model()) GTEST_SKIP() << "skipped: default model not downloaded";
   QTemporaryDir dir;
