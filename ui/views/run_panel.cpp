@@ -13,6 +13,7 @@
 #include <QLineEdit>
 #include <QMessageBox>
 #include <QPlainTextEdit>
+#include <QProgressBar>
 #include <QPushButton>
 #include <QSpinBox>
 #include <QStandardPaths>
@@ -144,6 +145,17 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
   buttons->addWidget(run_button_);
   buttons->addWidget(stop_button_);
   buttons->addWidget(counters_, 1);
+  // Shown only while a model loads: the fraction of its tensor bytes read, and Cancel (which
+  // leaves no model loaded; Stop does the same).
+  load_bar_ = new QProgressBar;
+  load_bar_->setRange(0, 1000);
+  load_bar_->setFormat(tr("Loading the model %p%"));
+  load_cancel_ = new QPushButton(tr("Cancel"));
+  load_cancel_->setToolTip(tr("Stop loading; no model stays loaded"));
+  auto* load_row = new QHBoxLayout;
+  load_row->addWidget(load_bar_, 1);
+  load_row->addWidget(load_cancel_);
+  hideLoadBar();
 
   output_ = new QTextEdit;
   output_->setReadOnly(true);
@@ -157,6 +169,7 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
   auto* layout = new QVBoxLayout(this);
   layout->addLayout(form);
   layout->addLayout(buttons);
+  layout->addLayout(load_row);
   layout->addWidget(output_, 1);
   layout->addWidget(legend);
   layout->addWidget(session_label_);
@@ -175,6 +188,22 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
     session_label_->setText(tr("Recorded %1 rounds to %2").arg(rounds).arg(path));
     emit sessionRecorded(path);
   });
+  connect(worker_, &GenerationWorker::loadProgress, this, [this](int permille) {
+    load_bar_->setVisible(true);
+    load_cancel_->setVisible(true);
+    load_bar_->setValue(permille);
+    emit modelLoadProgress(permille);
+  });
+  connect(worker_, &GenerationWorker::modelChanged, this, [this](const QString& spec) {
+    loaded_model_ = spec;
+    hideLoadBar();
+  });
+  connect(worker_, &GenerationWorker::loadCancelled, this, [this] {
+    hideLoadBar();
+    setRunning(false);
+    counters_->setText(tr("Model load cancelled; no model is loaded."));
+    emit runFinished(false);
+  });
   connect(worker_, &GenerationWorker::kvTraffic, this, [this](qint64 read, qint64 dense) {
     kv_read_ = read;
     kv_dense_ = dense;
@@ -190,6 +219,7 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
     emit runFinished(true);
   });
   connect(worker_, &GenerationWorker::failed, this, [this](const QString& message) {
+    hideLoadBar();
     setRunning(false);
     counters_->setText(tr("Failed: %1").arg(message));
     showError(message);
@@ -205,6 +235,7 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
 
   connect(run_button_, &QPushButton::clicked, this, &RunPanel::startRun);
   connect(stop_button_, &QPushButton::clicked, this, &RunPanel::stopRun);
+  connect(load_cancel_, &QPushButton::clicked, this, &RunPanel::stopRun);
   connect(open_file, &QPushButton::clicked, this, &RunPanel::browseModelFile);
   connect(open_dir, &QPushButton::clicked, this, &RunPanel::browseModelDirectory);
   connect(open_prompts, &QPushButton::clicked, this, &RunPanel::choosePromptFile);
@@ -265,6 +296,13 @@ void RunPanel::chooseSparseConfig() {
 }
 
 QString RunPanel::countersText() const { return counters_->text(); }
+int RunPanel::loadProgressValue() const { return load_bar_->value(); }
+bool RunPanel::isLoadBarVisible() const { return !load_bar_->isHidden(); }
+
+void RunPanel::hideLoadBar() {
+  load_bar_->setVisible(false);
+  load_cancel_->setVisible(false);
+}
 
 void RunPanel::showError(const QString& message) {
   last_error_ = message;
@@ -337,6 +375,8 @@ void RunPanel::startRun() {
   kv_read_ = kv_dense_ = 0;
   last_error_.clear();
   setRunning(true);
+  load_bar_->setValue(0);
+  worker_->clearStop();
   QMetaObject::invokeMethod(worker_, [worker = worker_, request] { worker->run(request); }, Qt::QueuedConnection);
 }
 

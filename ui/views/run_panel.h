@@ -18,6 +18,7 @@ class QLabel;
 class QMessageBox;
 class QLineEdit;
 class QPlainTextEdit;
+class QProgressBar;
 class QPushButton;
 class QSpinBox;
 class QTextEdit;
@@ -66,6 +67,15 @@ class RunPanel : public QWidget {
   QString countersText() const;
   // The last failure's text ("" after a good run); it is also shown in a non-modal dialog.
   QString lastError() const { return last_error_; }
+  // Shows a failure (the run's, or another long job's) in the panel's one non-modal dialog.
+  void showError(const QString& message);
+  // The model the worker holds ("" when none: before the first run, or after a failed or
+  // cancelled load), and the load bar (per mille of the tensor bytes read; hidden when idle).
+  QString loadedModel() const { return loaded_model_; }
+  int loadProgressValue() const;
+  bool isLoadBarVisible() const;
+  // The worker lives on its own thread; tests use it to act from inside a load.
+  GenerationWorker* worker() const { return worker_; }
 
  public slots:
   void startRun();
@@ -75,6 +85,7 @@ class RunPanel : public QWidget {
   void runFinished(bool ok);
   void sessionRecorded(const QString& path);  // a finished run's session file
   void kvTrafficChanged(qint64 read_bytes, qint64 dense_bytes);  // after every round (running totals)
+  void modelLoadProgress(int permille);
 
  private:
   void appendSegment(const QString& text, int round, int kind);
@@ -85,7 +96,7 @@ class RunPanel : public QWidget {
   void browseModelDirectory();
   void choosePromptFile();
   void chooseSparseConfig();
-  void showError(const QString& message);
+  void hideLoadBar();
   void addPrompts(const QVector<LibraryPrompt>& prompts);
 
   QThread worker_thread_;
@@ -111,6 +122,9 @@ class RunPanel : public QWidget {
   QPushButton* run_button_ = nullptr;
   QPushButton* stop_button_ = nullptr;
   QLabel* counters_ = nullptr;
+  QProgressBar* load_bar_ = nullptr;
+  QPushButton* load_cancel_ = nullptr;
+  QString loaded_model_;
   QLabel* session_label_ = nullptr;
   QVector<LibraryPrompt> prompts_;
   QString session_dir_;

@@ -11,6 +11,7 @@
 #include <QMessageBox>
 #include <QTemporaryDir>
 #include <QTimer>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -235,6 +236,68 @@ TEST(RunPanel, EngineRefusalsShowTheEngineErrorAndThePanelRunsAgain) {
   ASSERT_TRUE(outcome.has_value());
   EXPECT_TRUE(*outcome) << panel.lastError().toStdString();
   EXPECT_TRUE(panel.lastError().isEmpty());
+}
+
+TEST(RunPanel, CancellingTheModelLoadLeavesNothingLoadedAndThePanelRunsAgain) {
+  if (!have_default_model()) GTEST_SKIP() << "skipped: default model not downloaded";
+  QTemporaryDir dir;
+  RunPanel panel;
+  panel.setSessionDirectory(dir.path());
+  panel.setChat(false);
+  panel.setMaxTokens(4);
+  panel.setPrompt("Hello there");
+  std::vector<int> shown;  // what the load bar showed, in order
+  QObject::connect(&panel, &RunPanel::modelLoadProgress, [&](int permille) {
+    shown.push_back(permille);
+    EXPECT_TRUE(panel.isLoadBarVisible());
+    EXPECT_EQ(panel.loadProgressValue(), permille);
+  });
+  // Cancel from inside the load, on the worker thread, once a third of the bytes are read.
+  bool cancelled_in_load = false;
+  const auto connection = QObject::connect(
+      panel.worker(), &GenerationWorker::loadProgress, panel.worker(),
+      [&](int permille) {
+        if (permille >= 333 && !cancelled_in_load) {
+          cancelled_in_load = true;
+          panel.worker()->requestStop();
+        }
+      },
+      Qt::DirectConnection);
+  auto outcome = run_and_wait(panel, 60000);
+  ASSERT_TRUE(outcome.has_value()) << "the cancelled load did not end the run";
+  EXPECT_FALSE(*outcome);
+  QObject::disconnect(connection);
+  EXPECT_TRUE(cancelled_in_load);
+  ASSERT_FALSE(shown.empty());
+  EXPECT_LT(shown.back(), 1000) << "the load stopped before its end";
+  EXPECT_TRUE(panel.loadedModel().isEmpty());
+  EXPECT_TRUE(panel.lastError().isEmpty()) << "a cancel is not an error";
+  EXPECT_EQ(error_dialog(panel), nullptr);
+  EXPECT_TRUE(panel.countersText().contains("cancelled")) << panel.countersText().toStdString();
+  EXPECT_FALSE(panel.isRunning());
+  EXPECT_FALSE(panel.isLoadBarVisible());
+  EXPECT_TRUE(panel.outputText().isEmpty());
+
+  // Stop pressed before the worker even starts the run counts too.
+  panel.startRun();
+  panel.stopRun();
+  outcome = run_and_wait(panel, 60000);  // the queued run; startRun is a no-op while running
+  ASSERT_TRUE(outcome.has_value());
+  EXPECT_FALSE(*outcome);
+  EXPECT_TRUE(panel.loadedModel().isEmpty());
+  EXPECT_TRUE(panel.countersText().contains("cancelled")) << panel.countersText().toStdString();
+
+  // The next run loads the model fully and generates.
+  shown.clear();
+  outcome = run_and_wait(panel, 60000);
+  ASSERT_TRUE(outcome.has_value());
+  EXPECT_TRUE(*outcome) << panel.lastError().toStdString();
+  EXPECT_EQ(panel.loadedModel(), "default");
+  ASSERT_FALSE(shown.empty());
+  EXPECT_EQ(shown.back(), 1000);
+  EXPECT_TRUE(std::is_sorted(shown.begin(), shown.end()));
+  EXPECT_FALSE(panel.isLoadBarVisible());
+  EXPECT_FALSE(panel.outputText().isEmpty());
 }
 
 TEST(RunPanel, CorruptModelFileRaisesADialogAndTheDefaultModelStillRuns) {
