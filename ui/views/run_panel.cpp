@@ -304,7 +304,7 @@ void RunPanel::hideLoadBar() {
   load_cancel_->setVisible(false);
 }
 
-void RunPanel::showError(const QString& message) {
+void RunPanel::showError(const QString& message, const QString& title) {
   last_error_ = message;
   // Non-modal, one at a time: the window stays usable and a second failure updates the dialog.
   if (!error_box_) {
@@ -313,6 +313,7 @@ void RunPanel::showError(const QString& message) {
     error_box_->setModal(false);
     error_box_->setAttribute(Qt::WA_DeleteOnClose);
   }
+  error_box_->setWindowTitle(title.isEmpty() ? tr("The run failed") : title);
   error_box_->setText(message);
   error_box_->show();
 }

@@ -67,8 +67,9 @@ class RunPanel : public QWidget {
   QString countersText() const;
   // The last failure's text ("" after a good run); it is also shown in a non-modal dialog.
   QString lastError() const { return last_error_; }
-  // Shows a failure (the run's, or another long job's) in the panel's one non-modal dialog.
-  void showError(const QString& message);
+  // Shows a failure (the run's, or another long job's) in the panel's one non-modal dialog;
+  // an empty title means "The run failed".
+  void showError(const QString& message, const QString& title = QString());
   // The model the worker holds ("" when none: before the first run, or after a failed or
   // cancelled load), and the load bar (per mille of the tensor bytes read; hidden when idle).
   QString loadedModel() const { return loaded_model_; }
