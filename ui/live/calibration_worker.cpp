@@ -24,7 +24,8 @@ void CalibrationWorker::run(const CalibrationRequest& request) {
     emit stage(tr("Loading %1 ...").arg(request.model_spec));
     model_.reset();
     loaded_spec_.clear();
-    WorkerLoad load = load_model_for_worker(request.model_spec, cancel_, [this](int permille) { emit loadProgress(permille); });
+    WorkerLoad load =
+        load_model_for_worker(request.model_spec, cancel_, [this](int permille) { emit loadProgress(permille); });
     if (load.cancelled) return emit cancelled();
     if (!load.model) return emit failed(load.error);
     emit stage(tr("Hashing the model file ..."));

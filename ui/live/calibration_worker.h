@@ -19,10 +19,10 @@ namespace specula::ui {
 
 struct CalibrationRequest {
   QString model_spec = "default";
-  QString data;       // Spec-Bench JSONL with the calibration prompts
-  int prompts = 8;    // how many, round-robin over the file's categories
+  QString data;     // Spec-Bench JSONL with the calibration prompts
+  int prompts = 8;  // how many, round-robin over the file's categories
   CalibrationOptions options;
-  QString out;        // the calibration JSON to write
+  QString out;  // the calibration JSON to write
 };
 
 class CalibrationWorker : public QObject {

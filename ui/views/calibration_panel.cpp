@@ -16,7 +16,6 @@
 #include <QStandardPaths>
 #include <QVBoxLayout>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "ui/views/run_panel.h"
@@ -79,8 +78,9 @@ CalibrationPanel::CalibrationPanel(RunPanel* run_panel, QWidget* parent) : QWidg
   form->addRow(tr("Kept fraction (eta)"), eta_);
   form->addRow(tr("Tokens per prompt"), max_tokens_);
   form->addRow(tr("Write to"), out_row);
-  auto* note = new QLabel(tr("The model comes from the run panel. Prompts run with sparse attention refreshing at "
-                             "every layer; the anchors are the layers least like the layer before them."));
+  auto* note =
+      new QLabel(tr("The model comes from the run panel. Prompts run with sparse attention refreshing at "
+                    "every layer; the anchors are the layers least like the layer before them."));
   note->setWordWrap(true);
 
   start_ = new QPushButton(tr("Calibrate"));
@@ -128,14 +128,18 @@ CalibrationPanel::CalibrationPanel(RunPanel* run_panel, QWidget* parent) : QWidg
     bar_->setRange(0, total);
     bar_->setValue(done);
   });
-  connect(worker_, &CalibrationWorker::finished, this, [this](const QString& path, const QList<int>& anchors, int n_layers) {
-    calibration_file_ = path;
-    anchors_ = anchors;
-    setRunning(false);
-    status_->setText(tr("Anchors (%1 of %2 layers): %3. Written to %4").arg(anchors.size()).arg(n_layers).arg(join(anchors), path));
-    use_->setEnabled(true);
-    emit calibrationFinished(true);
-  });
+  connect(worker_, &CalibrationWorker::finished, this,
+          [this](const QString& path, const QList<int>& anchors, int n_layers) {
+            calibration_file_ = path;
+            anchors_ = anchors;
+            setRunning(false);
+            status_->setText(tr("Anchors (%1 of %2 layers): %3. Written to %4")
+                                 .arg(anchors.size())
+                                 .arg(n_layers)
+                                 .arg(join(anchors), path));
+            use_->setEnabled(true);
+            emit calibrationFinished(true);
+          });
   connect(worker_, &CalibrationWorker::cancelled, this, [this] { onStopped(tr("Cancelled; nothing was written.")); });
   connect(worker_, &CalibrationWorker::failed, this, [this](const QString& message) {
     onStopped(tr("Failed: %1").arg(message));
@@ -147,11 +151,13 @@ CalibrationPanel::CalibrationPanel(RunPanel* run_panel, QWidget* parent) : QWidg
   connect(cancel_, &QPushButton::clicked, this, &CalibrationPanel::cancel);
   connect(use_, &QPushButton::clicked, this, &CalibrationPanel::useInRunPanel);
   connect(browse_data, &QPushButton::clicked, this, [this] {
-    const QString path = QFileDialog::getOpenFileName(this, tr("Calibration prompts"), QString(), tr("JSONL (*.jsonl)"));
+    const QString path =
+        QFileDialog::getOpenFileName(this, tr("Calibration prompts"), QString(), tr("JSONL (*.jsonl)"));
     if (!path.isEmpty()) data_->setText(path);
   });
   connect(browse_out, &QPushButton::clicked, this, [this] {
-    const QString path = QFileDialog::getSaveFileName(this, tr("Write the calibration to"), out_->text(), tr("JSON (*.json)"));
+    const QString path =
+        QFileDialog::getSaveFileName(this, tr("Write the calibration to"), out_->text(), tr("JSON (*.json)"));
     if (!path.isEmpty()) out_->setText(path);
   });
 }
@@ -188,7 +194,8 @@ void CalibrationPanel::start() {
   use_->setEnabled(false);
   setRunning(true);
   worker_->clearCancel();
-  QMetaObject::invokeMethod(worker_, [worker = worker_, request] { worker->run(request); }, Qt::QueuedConnection);
+  QMetaObject::invokeMethod(
+      worker_, [worker = worker_, request] { worker->run(request); }, Qt::QueuedConnection);
 }
 
 void CalibrationPanel::cancel() {
@@ -214,7 +221,8 @@ bool CalibrationPanel::useInRunPanel() {
   const QString preset = use_preset_->currentData().toString();
   QFileInfo calibration(calibration_file_);
   const QString config = calibration.absoluteDir().filePath(calibration.completeBaseName() + "." + preset + ".json");
-  const nlohmann::json j = {{"preset", preset.toStdString()}, {"calibration", calibration.absoluteFilePath().toStdString()}};
+  const nlohmann::json j = {{"preset", preset.toStdString()},
+                            {"calibration", calibration.absoluteFilePath().toStdString()}};
   std::ofstream out(config.toStdString(), std::ios::trunc);
   out << j.dump(2) << "\n";
   if (!out) {

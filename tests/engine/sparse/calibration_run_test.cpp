@@ -43,7 +43,8 @@ TEST_F(RunCalibration, ReportsEachPromptAndPicksTheAskedAnchors) {
   options.max_tokens = 6;
   std::vector<std::pair<int, int>> steps;
   const auto prompts = long_prompts(2);
-  auto c = run_calibration(*model_, sha_, prompts, options, [&](int done, int total) { steps.emplace_back(done, total); });
+  auto c =
+      run_calibration(*model_, sha_, prompts, options, [&](int done, int total) { steps.emplace_back(done, total); });
   ASSERT_TRUE(c) << c.error().message;
   EXPECT_EQ(steps, (std::vector<std::pair<int, int>>{{1, 2}, {2, 2}}));
   EXPECT_EQ(c->model_sha256, sha_);

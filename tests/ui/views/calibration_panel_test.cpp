@@ -21,9 +21,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <vector>
-
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "engine/model/loader.h"
 #include "profiler/session_store.h"
@@ -38,7 +37,10 @@ const QString kSpecbench = QStringLiteral(SPECULA_SHARED_DIR "/data/specbench-de
 std::optional<bool> wait_calibration(CalibrationPanel& panel, int timeout_ms) {
   std::optional<bool> outcome;
   QEventLoop loop;
-  QObject::connect(&panel, &CalibrationPanel::calibrationFinished, &loop, [&](bool ok) { outcome = ok; loop.quit(); });
+  QObject::connect(&panel, &CalibrationPanel::calibrationFinished, &loop, [&](bool ok) {
+    outcome = ok;
+    loop.quit();
+  });
   QTimer::singleShot(timeout_ms, &loop, &QEventLoop::quit);
   if (!outcome) loop.exec();
   return outcome;
@@ -70,7 +72,8 @@ QAction* find_action(QMenuBar* bar, const QString& text) {
 class CalibrationPanelTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!std::filesystem::exists(resolve_model_path("default"))) GTEST_SKIP() << "skipped: default model not downloaded";
+    if (!std::filesystem::exists(resolve_model_path("default")))
+      GTEST_SKIP() << "skipped: default model not downloaded";
     QSettings::setPath(QSettings::NativeFormat, QSettings::UserScope, settings_dir_.path());
     QSettings::setPath(QSettings::IniFormat, QSettings::UserScope, settings_dir_.path());
     QSettings().clear();
@@ -99,7 +102,8 @@ TEST_F(CalibrationPanelTest, TinyCalibrationWritesAnchorsThatTheRunPanelUses) {
     for (int p = 0; p < 2; ++p) {
       std::string text = "Summarise this story in one line. ";
       for (int i = 0; i < 14; ++i) {
-        text += "The " + std::string(topics[p]) + " " + std::to_string(i) + " passed the mill, the bridge and the old tower. ";
+        text += "The " + std::string(topics[p]) + " " + std::to_string(i) +
+                " passed the mill, the bridge and the old tower. ";
       }
       jsonl << nlohmann::json{{"question_id", p}, {"category", topics[p]}, {"turns", {text}}}.dump() << "\n";
     }
@@ -133,7 +137,8 @@ TEST_F(CalibrationPanelTest, TinyCalibrationWritesAnchorsThatTheRunPanelUses) {
   std::vector<int> by_similarity;
   for (int l = 1; l < 30; ++l) by_similarity.push_back(l);
   std::stable_sort(by_similarity.begin(), by_similarity.end(), [&](int a, int b) { return jaccard[a] < jaccard[b]; });
-  EXPECT_LT(jaccard[static_cast<size_t>(by_similarity[0])], 1.0) << "some layer selects other blocks than its predecessor";
+  EXPECT_LT(jaccard[static_cast<size_t>(by_similarity[0])], 1.0)
+      << "some layer selects other blocks than its predecessor";
   for (int l = 1; l < 30; ++l) {
     EXPECT_GE(jaccard[static_cast<size_t>(l)], 0.0);
     EXPECT_LE(jaccard[static_cast<size_t>(l)], 1.0);
@@ -162,7 +167,10 @@ TEST_F(CalibrationPanelTest, TinyCalibrationWritesAnchorsThatTheRunPanelUses) {
   run->setPrompt("one two three one two three one two three");
   std::optional<bool> ran;
   QEventLoop loop;
-  QObject::connect(run, &RunPanel::runFinished, &loop, [&](bool ok) { ran = ok; loop.quit(); });
+  QObject::connect(run, &RunPanel::runFinished, &loop, [&](bool ok) {
+    ran = ok;
+    loop.quit();
+  });
   QTimer::singleShot(60000, &loop, &QEventLoop::quit);
   run->startRun();
   if (!ran) loop.exec();
@@ -188,8 +196,8 @@ TEST_F(CalibrationPanelTest, CancelWritesNothingAndLeavesThePanelUsable) {
 
   // Cancel while the prompts run: once the first of three is done.
   panel.start();
-  ASSERT_TRUE(wait_until([&] { return (panel.progressMaximum() == 3 && panel.progressValue() >= 1) || !panel.isRunning(); },
-                         120000));
+  ASSERT_TRUE(wait_until(
+      [&] { return (panel.progressMaximum() == 3 && panel.progressValue() >= 1) || !panel.isRunning(); }, 120000));
   ASSERT_TRUE(panel.isRunning()) << panel.statusText().toStdString();
   QElapsedTimer timer;
   timer.start();
