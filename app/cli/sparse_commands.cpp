@@ -5,8 +5,6 @@
 #include "app/cli/commands.h"
 #include "engine/model/model_identity.h"
 #include "engine/sparse/calibration.h"
-#include "engine/spec/drafters.h"
-#include "engine/spec/speculative.h"
 
 namespace specula::cli {
 SparseCommands::SparseCommands(CLI::App& app) {
@@ -33,46 +31,25 @@ std::optional<int> SparseCommands::run() const {
   auto sha = model_sha256(model->path);
   if (!sha) return fail(sha.error().message);
 
-  // Every layer refreshes; sparsity is on from the first token so short prompts select too.
-  SpeculativeOptions options;
+  std::vector<std::string> prompts;
+  for (const auto& item : *items) prompts.push_back(item.prompt);
+  CalibrationOptions options;
+  options.anchors = anchors_;
+  options.eta = eta_;
   options.max_tokens = max_tokens_;
   options.kv_block_size = block_size_;
-  options.controller.enabled = false;
-  options.sparse = *sparse_preset("sa");
-  options.sparse.dense_below = 0;
-  options.sparse.eta = eta_;
-  LayerSimilarity similarity(n_layers);
-  options.observer = &similarity;
-  SpeculativeEngine engine(*model, threads_);
-  auto drafter = make_ngram_drafter();
-  for (size_t i = 0; i < items->size(); ++i) {
-    const ChatMessage user{"user", (*items)[i].prompt};
-    const std::string text = model->tokenizer.apply_chat_template(std::span(&user, 1), true);
-    std::vector<int32_t> prompt;
-    if (model->tokenizer.add_bos() && model->tokenizer.bos_id() >= 0) prompt.push_back(model->tokenizer.bos_id());
-    const auto ids = model->tokenizer.encode(text, true);
-    prompt.insert(prompt.end(), ids.begin(), ids.end());
-    auto run = engine.generate(prompt, drafter.get(), options, nullptr);
-    if (!run) return fail("calibration prompt " + std::to_string(i + 1) + ": " + run.error().message);
-    std::fprintf(stderr, "\rcalibrating: %zu/%zu prompts", i + 1, items->size());
+  options.threads = threads_;
+  auto calibrated = run_calibration(*model, *sha, prompts, options, [](int done, int total) {
+    std::fprintf(stderr, "\rcalibrating: %d/%d prompts", done, total);
     std::fflush(stderr);
-  }
+  });
   std::fputc('\n', stderr);
-  Calibration c;
-  c.model_name = model->config.name;
-  c.model_sha256 = *sha;
-  c.n_layers = n_layers;
-  c.jaccard_prev = similarity.mean_jaccard_prev();
-  // Anchors picked from layers that were never compared would be noise: refuse instead.
-  for (int l = 1; l < n_layers; ++l) {
-    if (c.jaccard_prev[static_cast<size_t>(l)] < 0) {
-      return fail("calibrate: layer " + std::to_string(l) + " never dropped a block (the contexts are too short for " +
-                  "the budget: more than " + std::to_string(3 * block_size_) + " tokens are needed); use longer prompts");
-    }
+  if (!calibrated) {  // prompt failures name themselves; the layer check reads as calibrate's
+    const std::string& message = calibrated.error().message;
+    return fail(message.rfind("calibration", 0) == 0 ? message : "calibrate: " + message);
   }
-  c.anchors = pick_anchors(c.jaccard_prev, anchors_);
-  c.settings = {{"data", data_}, {"prompts", items->size()}, {"rounds", similarity.rounds()},
-                {"eta", eta_}, {"kv_block_size", block_size_}, {"max_tokens", max_tokens_}};
+  Calibration& c = *calibrated;
+  c.settings["data"] = data_;
   if (Status s = save_calibration(c, out_); !s) return fail(s.error().message);
   std::string anchors;
   for (int a : c.anchors) anchors += (anchors.empty() ? "" : ",") + std::to_string(a);

@@ -3,6 +3,9 @@
 // tensor is looked up by its GGUF llama name and its shape checked against the config.
 #include "engine/model/loader.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -103,6 +106,40 @@ Status check_tokenizer_fits(const Tokenizer& tokenizer, const ModelConfig& confi
   return {};
 }
 
+// Reads one byte per page of every tensor, in file order, reporting the fraction of bytes read
+// after each tensor and every kChunk of a large one, so a slow disk shows steady progress and a
+// cancel takes effect within one chunk.
+Status read_tensor_pages(const TensorSet& set, const LoadProgress& progress, const std::string& origin) {
+  constexpr size_t kChunk = size_t{4} << 20;
+  std::vector<std::span<const std::byte>> spans;
+  size_t total = 0;
+  for (const auto& [name, ref] : set.by_name) {
+    if (ref.data.empty()) continue;
+    spans.push_back(ref.data);
+    total += ref.data.size();
+  }
+  std::sort(spans.begin(), spans.end(), [](const auto& a, const auto& b) { return a.data() < b.data(); });
+  const long page_size = ::sysconf(_SC_PAGESIZE);
+  const size_t page = page_size > 0 ? static_cast<size_t>(page_size) : 4096;
+  unsigned sink = 0;  // keeps the reads from being optimised away
+  size_t done = 0;
+  const auto report = [&] {
+    return progress(done >= total ? 1.0 : static_cast<double>(done) / static_cast<double>(total));
+  };
+  for (const auto& span : spans) {
+    for (size_t start = 0; start < span.size(); start += kChunk) {
+      const size_t end = std::min(span.size(), start + kChunk);
+      for (size_t offset = start; offset < end; offset += page) sink += std::to_integer<unsigned>(span[offset]);
+      sink += std::to_integer<unsigned>(span[end - 1]);
+      done += end - start;
+      if (!report()) return make_error(origin + ": loading cancelled");
+    }
+  }
+  if (total == 0 && !report()) return make_error(origin + ": loading cancelled");
+  [[maybe_unused]] volatile unsigned observed = sink;
+  return {};
+}
+
 // ---- GGUF ----------------------------------------------------------------------------------
 
 Expected<ModelConfig> config_from_gguf(const GgufFile& gguf, const std::string& origin) {
@@ -180,14 +217,15 @@ TensorSet tensors_from_gguf(const GgufFile& gguf) {
   return set;
 }
 
-Expected<Model> load_gguf(const std::filesystem::path& path) {
+Expected<Model> load_gguf(const std::filesystem::path& path, const LoadProgress& progress) {
   auto opened = GgufFile::open(path);
   if (!opened) return opened.error();
   auto gguf = std::make_shared<GgufFile>(std::move(*opened));
   const std::string origin = path.string();
   auto config = config_from_gguf(*gguf, origin);
   if (!config) return config.error();
-  auto weights = assemble_weights(*config, tensors_from_gguf(*gguf), origin);
+  const TensorSet tensors = tensors_from_gguf(*gguf);
+  auto weights = assemble_weights(*config, tensors, origin);
   if (!weights) return weights.error();
   if (!gguf->find("tokenizer.ggml.tokens")) {
     return make_error(origin + ": no tokenizer (no tokenizer.ggml.tokens in the GGUF metadata)");
@@ -196,6 +234,9 @@ Expected<Model> load_gguf(const std::filesystem::path& path) {
   if (!tokenizer) return tokenizer.error();
   if (auto status = check_tokenizer_fits(*tokenizer, *config, origin); !status) {
     return status.error();
+  }
+  if (progress) {
+    if (Status s = read_tensor_pages(tensors, progress, origin); !s) return s.error();
   }
   weights->storage.push_back(gguf);
   return Model{std::move(*config), std::move(*weights), std::move(*tokenizer), path, "gguf"};
@@ -390,7 +431,7 @@ Expected<TensorSet> tensors_from_shards(const std::vector<std::filesystem::path>
   return set;
 }
 
-Expected<Model> load_hf_dir(const std::filesystem::path& dir) {
+Expected<Model> load_hf_dir(const std::filesystem::path& dir, const LoadProgress& progress) {
   const auto config_path = dir / "config.json";
   if (!std::filesystem::exists(config_path)) {
     return make_error(dir.string() + ": not a model directory (no config.json)");
@@ -420,6 +461,9 @@ Expected<Model> load_hf_dir(const std::filesystem::path& dir) {
   if (!tokenizer) return tokenizer.error();
   if (auto status = check_tokenizer_fits(*tokenizer, *config, dir.string()); !status) {
     return status.error();
+  }
+  if (progress) {
+    if (Status s = read_tensor_pages(*tensors, progress, dir.string()); !s) return s.error();
   }
   return Model{std::move(*config), std::move(*weights), std::move(*tokenizer), dir, "safetensors"};
 }
@@ -492,15 +536,15 @@ std::filesystem::path normalized(const std::filesystem::path& path) {
 }
 }  // namespace
 
-Expected<Model> load_model(const std::filesystem::path& raw_path) {
+Expected<Model> load_model(const std::filesystem::path& raw_path, const LoadProgress& progress) {
   const auto path = normalized(raw_path);
   std::error_code ec;
   auto status = std::filesystem::status(path, ec);
   if (ec || !std::filesystem::exists(status)) {
     return make_error(path.string() + ": no such file or directory");
   }
-  if (std::filesystem::is_directory(status)) return load_hf_dir(path);
-  return load_gguf(path);
+  if (std::filesystem::is_directory(status)) return load_hf_dir(path, progress);
+  return load_gguf(path, progress);
 }
 
 Expected<std::string> describe_model_file(const std::filesystem::path& raw_path) {

@@ -141,6 +141,8 @@ struct RoundEndEvent {
   bool speculative = false;     // false: a plain decode step
   int32_t accepted_length = 1;
   int32_t emitted = 0;
+  int64_t kv_bytes_read = 0;    // committed KV the target's attention read this round (bytes)
+  int64_t kv_bytes_dense = 0;   // what reading every committed row would have cost (bytes)
 };
 
 struct SessionEndEvent {

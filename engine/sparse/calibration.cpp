@@ -4,6 +4,10 @@
 #include <fstream>
 #include <numeric>
 
+#include "engine/model/loader.h"
+#include "engine/spec/drafters.h"
+#include "engine/spec/speculative.h"
+
 namespace specula {
 
 void LayerSimilarity::on_event(const Event& event) {
@@ -47,6 +51,68 @@ std::vector<int> pick_anchors(const std::vector<double>& jaccard_prev, int n_anc
   for (int i = 0; i < n_anchors - 1 && i < static_cast<int>(rest.size()); ++i) anchors.push_back(rest[static_cast<size_t>(i)]);
   std::sort(anchors.begin(), anchors.end());
   return anchors;
+}
+
+Expected<Calibration> run_calibration(const Model& model, const std::string& model_sha256,
+                                      std::span<const std::string> prompts, const CalibrationOptions& options,
+                                      const std::function<void(int done, int total)>& progress,
+                                      const std::function<bool()>& keep_going) {
+  const int n_layers = static_cast<int>(model.config.n_layers);
+  if (options.anchors < 1 || options.anchors > n_layers) {
+    return make_error("calibration: " + std::to_string(options.anchors) + " anchors for a model of " +
+                      std::to_string(n_layers) + " layers");
+  }
+  if (prompts.empty()) return make_error("calibration: no prompts");
+  // Every layer refreshes; sparsity is on from the first token so short prompts select too.
+  SpeculativeOptions run_options;
+  run_options.max_tokens = options.max_tokens;
+  run_options.kv_block_size = options.kv_block_size;
+  run_options.controller.enabled = false;
+  run_options.sparse = *sparse_preset("sa");
+  run_options.sparse.dense_below = 0;
+  run_options.sparse.eta = options.eta;
+  LayerSimilarity similarity(n_layers);
+  run_options.observer = &similarity;
+  SpeculativeEngine engine(model, options.threads);
+  auto drafter = make_ngram_drafter();
+  TokenCallback on_token;
+  if (keep_going) on_token = [&keep_going](int32_t, std::string_view) { return keep_going(); };
+  const int total = static_cast<int>(prompts.size());
+  for (int i = 0; i < total; ++i) {
+    if (keep_going && !keep_going()) {
+      return make_error("calibration cancelled after " + std::to_string(i) + " of " + std::to_string(total) + " prompts");
+    }
+    const ChatMessage user{"user", prompts[static_cast<size_t>(i)]};
+    const std::string text = model.tokenizer.apply_chat_template(std::span(&user, 1), true);
+    std::vector<int32_t> prompt;
+    if (model.tokenizer.add_bos() && model.tokenizer.bos_id() >= 0) prompt.push_back(model.tokenizer.bos_id());
+    const auto ids = model.tokenizer.encode(text, true);
+    prompt.insert(prompt.end(), ids.begin(), ids.end());
+    auto run = engine.generate(prompt, drafter.get(), run_options, on_token);
+    if (!run) return make_error("calibration prompt " + std::to_string(i + 1) + ": " + run.error().message);
+    // A stopped prompt measured fewer rounds than asked: the whole result would be off.
+    if (keep_going && !keep_going()) {
+      return make_error("calibration cancelled after " + std::to_string(i) + " of " + std::to_string(total) + " prompts");
+    }
+    if (progress) progress(i + 1, total);
+  }
+  Calibration c;
+  c.model_name = model.config.name;
+  c.model_sha256 = model_sha256;
+  c.n_layers = n_layers;
+  c.jaccard_prev = similarity.mean_jaccard_prev();
+  // Anchors picked from layers that were never compared would be noise: refuse instead.
+  for (int l = 1; l < n_layers; ++l) {
+    if (c.jaccard_prev[static_cast<size_t>(l)] < 0) {
+      return make_error("layer " + std::to_string(l) + " never dropped a block (the contexts are too short for " +
+                        "the budget: more than " + std::to_string(3 * options.kv_block_size) +
+                        " tokens are needed); use longer prompts");
+    }
+  }
+  c.anchors = pick_anchors(c.jaccard_prev, options.anchors);
+  c.settings = {{"prompts", prompts.size()}, {"rounds", similarity.rounds()}, {"eta", options.eta},
+                {"kv_block_size", options.kv_block_size}, {"max_tokens", options.max_tokens}};
+  return c;
 }
 
 nlohmann::json Calibration::to_json() const {

@@ -5,6 +5,8 @@
 // anchors are layer 0 plus the N - 1 layers least similar to the layer before them; the others
 // reuse the nearest earlier anchor. The result is a JSON file bound to the model by its sha256.
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -48,6 +50,25 @@ struct Calibration {
   nlohmann::json settings;  // how it was measured (prompts, eta, block size)
   nlohmann::json to_json() const;
 };
+
+struct Model;
+
+struct CalibrationOptions {
+  int anchors = 15;        // anchor layers to pick, layer 0 included
+  double eta = 0.2;        // kept fraction of blocks while measuring
+  int max_tokens = 32;     // generated per prompt
+  int kv_block_size = 16;  // tokens per KV block
+  int threads = 0;         // CPU threads (0 = all cores)
+};
+
+// Runs every prompt (user text, chat template applied) with SA refreshing at every layer and an
+// n-gram drafter, then picks the anchors. `progress(done, total)` follows each finished prompt;
+// `keep_going` is asked at every generated token, and false stops the run with an error that
+// says it was cancelled. settings gets prompts, rounds, eta, kv_block_size and max_tokens.
+Expected<Calibration> run_calibration(const Model& model, const std::string& model_sha256,
+                                      std::span<const std::string> prompts, const CalibrationOptions& options,
+                                      const std::function<void(int done, int total)>& progress = {},
+                                      const std::function<bool()>& keep_going = {});
 
 Status save_calibration(const Calibration& c, const std::string& path);
 // Reads a calibration file and checks it was made for this model (sha256 and layer count).

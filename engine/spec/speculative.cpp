@@ -325,7 +325,7 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
     }
     if (observes(observer, EventKind::kRoundEnd)) {
       observer->on_event(RoundEndEvent{round_index, observer_now_ns(), round.speculative, 1 + round.accepted,
-                                       round.emitted});
+                                       round.emitted, round.kv_bytes_read, round.kv_bytes_dense});
     }
     result.rounds.push_back(round);
   }

@@ -6,6 +6,7 @@
 #include "engine/sparse/sparse_setup.h"
 #include "engine/spec/drafters.h"
 #include "engine/spec/speculative.h"
+#include "ui/live/model_load.h"
 
 namespace specula::ui {
 
@@ -13,7 +14,6 @@ EvalWorker::EvalWorker(QObject* parent) : QObject(parent) {}
 EvalWorker::~EvalWorker() = default;
 
 void EvalWorker::run(const EvalRequest& request) {
-  cancel_ = false;
   const auto fail = [this](const QString& message) { emit failed(message); };
   auto task = eval::parse_task(request.task.toStdString());
   if (!task || (*task != eval::TaskKind::kGsm8k && *task != eval::TaskKind::kSpecbench && *task != eval::TaskKind::kPasskey)) {
@@ -26,11 +26,12 @@ void EvalWorker::run(const EvalRequest& request) {
   }
   if (!model_ || loaded_spec_ != request.model_spec) {
     emit stage(tr("Loading %1 ...").arg(request.model_spec));
-    emit progress(0, 0);  // busy: loading reports no steps
     model_.reset();
-    auto loaded = load_model(resolve_model_path(request.model_spec.toStdString()));
-    if (!loaded) return fail(QString::fromStdString(loaded.error().message));
-    model_ = std::make_unique<Model>(std::move(loaded).value());
+    loaded_spec_.clear();
+    WorkerLoad load = load_model_for_worker(request.model_spec, cancel_, [this](int permille) { emit loadProgress(permille); });
+    if (load.cancelled) return emit cancelled();
+    if (!load.model) return fail(load.error);
+    model_ = std::move(load.model);
     loaded_spec_ = request.model_spec;
   }
   if (cancel_) return emit cancelled();

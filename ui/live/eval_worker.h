@@ -45,8 +45,11 @@ class EvalWorker : public QObject {
  public:
   explicit EvalWorker(QObject* parent = nullptr);
   ~EvalWorker() override;
-  // Safe from the UI thread: the current run stops at its next token.
+  // Safe from any thread: the current run stops at its next token, a model load within one
+  // chunk (leaving no model loaded). The panel clears the flag before it queues a run, so a
+  // Cancel pressed before the worker picks the run up still counts.
   void requestCancel() { cancel_ = true; }
+  void clearCancel() { cancel_ = false; }
 
  public slots:
   void run(const specula::ui::EvalRequest& request);
@@ -54,6 +57,7 @@ class EvalWorker : public QObject {
  signals:
   void stage(const QString& message);            // "Loading the model ...", "Running 2 items ..."
   void progress(int runs_done, int runs_total);  // two runs per item
+  void loadProgress(int permille);               // model load: per mille of the tensor bytes read
   void finished(const specula::ui::EvalOutcome& outcome);
   void cancelled();
   void failed(const QString& message);

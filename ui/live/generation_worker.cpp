@@ -8,6 +8,7 @@
 #include "engine/text/utf8_stream.h"
 #include "kernels/cpu/cpu_info.h"
 #include "profiler/recorder.h"
+#include "ui/live/model_load.h"
 
 namespace specula::ui {
 namespace {
@@ -30,6 +31,9 @@ class TokenLabeler final : public Observer {
       bonus_ = acc->bonus;
     } else if (const auto* end = std::get_if<RoundEndEvent>(&event)) {
       emit worker_->roundFinished(static_cast<int>(end->round), end->accepted_length, end->speculative, end->emitted);
+      kv_read_ += end->kv_bytes_read;
+      kv_dense_ += end->kv_bytes_dense;
+      emit worker_->kvTraffic(kv_read_, kv_dense_);
     }
   }
   // The kind of the next token of the current round.
@@ -49,6 +53,8 @@ class TokenLabeler final : public Observer {
   bool speculative_ = false;
   bool bonus_ = false;
   int drafts_left_ = 0;
+  qint64 kv_read_ = 0;   // running totals over the rounds so far (bytes)
+  qint64 kv_dense_ = 0;
 };
 
 }  // namespace
@@ -61,19 +67,27 @@ bool GenerationWorker::ensure_model(const QString& spec) {
   emit status(tr("Loading %1 ...").arg(spec));
   engine_.reset();
   model_.reset();
-  auto loaded = load_model(resolve_model_path(spec.toStdString()));
-  if (!loaded) {
-    emit failed(QString::fromStdString(loaded.error().message));
+  if (!loaded_spec_.isEmpty()) {
+    loaded_spec_.clear();
+    emit modelChanged(QString());
+  }
+  WorkerLoad load = load_model_for_worker(spec, stop_requested_, [this](int permille) { emit loadProgress(permille); });
+  if (load.cancelled) {
+    emit loadCancelled();
     return false;
   }
-  model_ = std::make_unique<Model>(std::move(loaded).value());
+  if (!load.model) {
+    emit failed(load.error);
+    return false;
+  }
+  model_ = std::move(load.model);
   engine_ = std::make_unique<SpeculativeEngine>(*model_, 0);
   loaded_spec_ = spec;
+  emit modelChanged(spec);
   return true;
 }
 
 void GenerationWorker::run(const RunRequest& request) {
-  stop_requested_ = false;
   auto tree = parse_tree_shape(request.tree.toStdString());
   if (!tree) {
     emit failed(tr("Tree: %1").arg(QString::fromStdString(tree.error().message)));

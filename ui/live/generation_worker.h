@@ -42,8 +42,11 @@ class GenerationWorker : public QObject {
  public:
   explicit GenerationWorker(QObject* parent = nullptr);
   ~GenerationWorker() override;
-  // Stop is honoured at the next token; safe to call from the UI thread.
+  // Stop is honoured at the next token, or within one chunk of a model load (which then leaves
+  // no model loaded); safe to call from any thread. The panel clears it before it queues a run,
+  // so a Stop pressed before the worker picks the run up still counts.
   void requestStop() { stop_requested_ = true; }
+  void clearStop() { stop_requested_ = false; }
 
  public slots:
   void run(const specula::ui::RunRequest& request);
@@ -55,11 +58,17 @@ class GenerationWorker : public QObject {
   void segmentReady(const QString& text, int round, int kind);
   void roundFinished(int round, int accepted_length, bool speculative, int emitted);
   void sessionRecorded(const QString& path, qint64 rounds);
-  // Committed KV the target's attention read over the run, and what dense attention would have
-  // read (bytes; engine/spec/metrics.h), sent just before finished.
+  // Committed KV the target's attention has read so far in the run, and what dense attention
+  // would have read (bytes; engine/spec/metrics.h): sent after every round, and once more with
+  // the run's totals just before finished.
   void kvTraffic(qint64 read_bytes, qint64 dense_bytes);
   void finished(double prefill_tokens_per_s, double decode_tokens_per_s, int tokens);
   void failed(const QString& message);
+  // Model load: per-mille of the tensor bytes read, sent only when it changes.
+  void loadProgress(int permille);
+  // The loaded model's spec after a load, or empty when a failed or cancelled load left none.
+  void modelChanged(const QString& spec);
+  void loadCancelled();  // the run ended during its model load; nothing is loaded
 
  private:
   bool ensure_model(const QString& spec);

@@ -92,8 +92,14 @@ EvalPanel::EvalPanel(const RunPanel* run_panel, QWidget* parent) : QWidget(paren
   worker_->moveToThread(&thread_);
   connect(&thread_, &QThread::finished, worker_, &QObject::deleteLater);
   connect(worker_, &EvalWorker::stage, status_, &QLabel::setText);
+  connect(worker_, &EvalWorker::loadProgress, this, [this](int permille) {
+    bar_->setFormat(tr("Loading the model %p%"));
+    bar_->setRange(0, 1000);
+    bar_->setValue(permille);
+  });
   connect(worker_, &EvalWorker::progress, this, [this](int done, int total) {
-    bar_->setRange(0, total);  // 0, 0: busy (model load)
+    bar_->setFormat(tr("%v / %m runs"));
+    bar_->setRange(0, total);
     bar_->setValue(done);
   });
   connect(worker_, &EvalWorker::finished, this, &EvalPanel::onFinished);
@@ -145,9 +151,11 @@ void EvalPanel::start() {
   request.context_tokens = context_->value();
   summary_->clear();
   status_->setText(tr("Starting ..."));
+  bar_->setFormat(tr("%v / %m runs"));
   bar_->setRange(0, 1);
   bar_->setValue(0);
   setRunning(true);
+  worker_->clearCancel();
   QMetaObject::invokeMethod(worker_, [worker = worker_, request] { worker->run(request); }, Qt::QueuedConnection);
 }
 
@@ -166,7 +174,6 @@ void EvalPanel::setRunning(bool running) {
 void EvalPanel::onFinished(const EvalOutcome& o) {
   outcome_ = o;
   setRunning(false);
-  if (bar_->maximum() == 0) bar_->setRange(0, 1);
   status_->setText(tr("Done: %1 items.").arg(o.items));
   QString text = tr("Agreement with strict: %1% of tokens, ROUGE-L %2, %3 of %4 outputs identical\n"
                     "Mean accepted length: strict %5, configured %6\n"
@@ -191,7 +198,6 @@ void EvalPanel::onFinished(const EvalOutcome& o) {
 
 void EvalPanel::onStopped(const QString& status) {
   setRunning(false);
-  if (bar_->maximum() == 0) bar_->setRange(0, 1);  // leave the busy state
   status_->setText(status);
   emit evalFinished(false);
 }

@@ -18,6 +18,7 @@
 
 #include "ui/models/session_document.h"
 #include "ui/models/session_files.h"
+#include "ui/views/calibration_panel.h"
 #include "ui/views/compare_window.h"
 #include "ui/views/draft_tree_view.h"
 #include "ui/views/eval_panel.h"
@@ -115,6 +116,10 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   eval_panel_ = new EvalPanel(run_panel_, this);
   QDockWidget* evaluation = addViewDock(tr("Evaluation"), QStringLiteral("evalDock"), eval_panel_, Qt::LeftDockWidgetArea);
   evaluation->hide();
+  calibration_panel_ = new CalibrationPanel(run_panel_, this);
+  QDockWidget* calibration = addViewDock(tr("Calibration"), QStringLiteral("calibrationDock"), calibration_panel_,
+                                         Qt::LeftDockWidgetArea);
+  calibration->hide();
   browser_->setDirectory(run_panel_->sessionDirectory());
   connect(browser_, &SessionBrowser::openRequested, this, [this](const QString& path) { openSession(path); });
 
@@ -203,6 +208,20 @@ void MainWindow::buildMenus() {
   play->setShortcut(QKeySequence(Qt::Key_F5));
   connect(play, &QAction::triggered, this, [this] {
     if (auto* tree = findChild<DraftTreeView*>()) tree->setPlaying(!tree->isPlaying());
+  });
+
+  QMenu* tools = menuBar()->addMenu(tr("&Tools"));
+  QAction* calibrate = tools->addAction(tr("&Calibrate anchors..."));
+  connect(calibrate, &QAction::triggered, this, [this] {
+    QDockWidget* d = dock(QStringLiteral("calibrationDock"));
+    d->show();
+    d->raise();
+  });
+  QAction* evaluate = tools->addAction(tr("&Evaluate..."));
+  connect(evaluate, &QAction::triggered, this, [this] {
+    QDockWidget* d = dock(QStringLiteral("evalDock"));
+    d->show();
+    d->raise();
   });
 
   view_menu_ = menuBar()->addMenu(tr("&View"));

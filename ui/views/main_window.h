@@ -2,7 +2,8 @@
 // The main window: the run panel (model, drafter, tree, acceptance, prompt library, coloured
 // streamed output, live counters; every run recorded as a session) in the centre, and the
 // session views as dockable panels around it (draft tree, overlap heatmap, refresh/reuse
-// schedule, experts and FFN, kernel timeline, teaching, session browser, evaluation), all
+// schedule, experts and FFN, kernel timeline, teaching, session browser, evaluation,
+// calibration), all
 // following one SessionDocument. File > Export writes Perfetto JSON, CSV and view images. The dock layout, window geometry, theme and recent sessions persist in
 // QSettings. Generation runs on a worker thread (ui/live/generation_worker.h); the window never
 // blocks.
@@ -15,6 +16,7 @@ class QMenu;
 
 namespace specula::ui {
 
+class CalibrationPanel;
 class CompareWindow;
 class EvalPanel;
 class RunPanel;
@@ -35,6 +37,7 @@ class MainWindow : public QMainWindow {
   bool isRunning() const;
   RunPanel* runPanel() const { return run_panel_; }
   EvalPanel* evalPanel() const { return eval_panel_; }
+  CalibrationPanel* calibrationPanel() const { return calibration_panel_; }
   SessionDocument* document() const { return document_; }
   SessionBrowser* sessionBrowser() const { return browser_; }
   QDockWidget* dock(const QString& object_name) const;
@@ -75,6 +78,7 @@ class MainWindow : public QMainWindow {
 
   RunPanel* run_panel_ = nullptr;
   EvalPanel* eval_panel_ = nullptr;
+  CalibrationPanel* calibration_panel_ = nullptr;
   SessionDocument* document_ = nullptr;
   SessionBrowser* browser_ = nullptr;
   QMenu* recent_menu_ = nullptr;

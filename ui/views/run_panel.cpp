@@ -13,6 +13,7 @@
 #include <QLineEdit>
 #include <QMessageBox>
 #include <QPlainTextEdit>
+#include <QProgressBar>
 #include <QPushButton>
 #include <QSpinBox>
 #include <QStandardPaths>
@@ -144,6 +145,17 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
   buttons->addWidget(run_button_);
   buttons->addWidget(stop_button_);
   buttons->addWidget(counters_, 1);
+  // Shown only while a model loads: the fraction of its tensor bytes read, and Cancel (which
+  // leaves no model loaded; Stop does the same).
+  load_bar_ = new QProgressBar;
+  load_bar_->setRange(0, 1000);
+  load_bar_->setFormat(tr("Loading the model %p%"));
+  load_cancel_ = new QPushButton(tr("Cancel"));
+  load_cancel_->setToolTip(tr("Stop loading; no model stays loaded"));
+  auto* load_row = new QHBoxLayout;
+  load_row->addWidget(load_bar_, 1);
+  load_row->addWidget(load_cancel_);
+  hideLoadBar();
 
   output_ = new QTextEdit;
   output_->setReadOnly(true);
@@ -157,6 +169,7 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
   auto* layout = new QVBoxLayout(this);
   layout->addLayout(form);
   layout->addLayout(buttons);
+  layout->addLayout(load_row);
   layout->addWidget(output_, 1);
   layout->addWidget(legend);
   layout->addWidget(session_label_);
@@ -175,24 +188,38 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
     session_label_->setText(tr("Recorded %1 rounds to %2").arg(rounds).arg(path));
     emit sessionRecorded(path);
   });
+  connect(worker_, &GenerationWorker::loadProgress, this, [this](int permille) {
+    load_bar_->setVisible(true);
+    load_cancel_->setVisible(true);
+    load_bar_->setValue(permille);
+    emit modelLoadProgress(permille);
+  });
+  connect(worker_, &GenerationWorker::modelChanged, this, [this](const QString& spec) {
+    loaded_model_ = spec;
+    hideLoadBar();
+  });
+  connect(worker_, &GenerationWorker::loadCancelled, this, [this] {
+    hideLoadBar();
+    setRunning(false);
+    counters_->setText(tr("Model load cancelled; no model is loaded."));
+    emit runFinished(false);
+  });
   connect(worker_, &GenerationWorker::kvTraffic, this, [this](qint64 read, qint64 dense) {
     kv_read_ = read;
     kv_dense_ = dense;
+    refreshCounters();
+    emit kvTrafficChanged(read, dense);
   });
   connect(worker_, &GenerationWorker::finished, this, [this](double prefill, double decode, int tokens) {
     tokens_ = tokens;
     setRunning(false);
     refreshCounters();
-    QString text = counters_->text() + tr(" | prefill %1 tok/s, decode %2 tok/s").arg(prefill, 0, 'f', 1).arg(decode, 0, 'f', 1);
-    if (kv_dense_ > 0) {
-      text += tr(" | KV read %1 of %2 MiB dense (%3%)")
-                  .arg(mebibytes(kv_read_), mebibytes(kv_dense_))
-                  .arg(100.0 * static_cast<double>(kv_read_) / static_cast<double>(kv_dense_), 0, 'f', 1);
-    }
-    counters_->setText(text);
+    counters_->setText(counters_->text() +
+                       tr(" | prefill %1 tok/s, decode %2 tok/s").arg(prefill, 0, 'f', 1).arg(decode, 0, 'f', 1));
     emit runFinished(true);
   });
   connect(worker_, &GenerationWorker::failed, this, [this](const QString& message) {
+    hideLoadBar();
     setRunning(false);
     counters_->setText(tr("Failed: %1").arg(message));
     showError(message);
@@ -208,6 +235,7 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
 
   connect(run_button_, &QPushButton::clicked, this, &RunPanel::startRun);
   connect(stop_button_, &QPushButton::clicked, this, &RunPanel::stopRun);
+  connect(load_cancel_, &QPushButton::clicked, this, &RunPanel::stopRun);
   connect(open_file, &QPushButton::clicked, this, &RunPanel::browseModelFile);
   connect(open_dir, &QPushButton::clicked, this, &RunPanel::browseModelDirectory);
   connect(open_prompts, &QPushButton::clicked, this, &RunPanel::choosePromptFile);
@@ -268,8 +296,15 @@ void RunPanel::chooseSparseConfig() {
 }
 
 QString RunPanel::countersText() const { return counters_->text(); }
+int RunPanel::loadProgressValue() const { return load_bar_->value(); }
+bool RunPanel::isLoadBarVisible() const { return !load_bar_->isHidden(); }
 
-void RunPanel::showError(const QString& message) {
+void RunPanel::hideLoadBar() {
+  load_bar_->setVisible(false);
+  load_cancel_->setVisible(false);
+}
+
+void RunPanel::showError(const QString& message, const QString& title) {
   last_error_ = message;
   // Non-modal, one at a time: the window stays usable and a second failure updates the dialog.
   if (!error_box_) {
@@ -278,6 +313,7 @@ void RunPanel::showError(const QString& message) {
     error_box_->setModal(false);
     error_box_->setAttribute(Qt::WA_DeleteOnClose);
   }
+  error_box_->setWindowTitle(title.isEmpty() ? tr("The run failed") : title);
   error_box_->setText(message);
   error_box_->show();
 }
@@ -340,6 +376,8 @@ void RunPanel::startRun() {
   kv_read_ = kv_dense_ = 0;
   last_error_.clear();
   setRunning(true);
+  load_bar_->setValue(0);
+  worker_->clearStop();
   QMetaObject::invokeMethod(worker_, [worker = worker_, request] { worker->run(request); }, Qt::QueuedConnection);
 }
 
@@ -369,12 +407,18 @@ void RunPanel::onRoundFinished(int /*round*/, int accepted_length, bool speculat
 
 void RunPanel::refreshCounters() {
   const double seconds = (QDateTime::currentMSecsSinceEpoch() - run_start_ms_) / 1000.0;
-  counters_->setText(tr("%1 tokens, %2 tok/s | mean accepted length %3 over %4 speculative of %5 rounds")
-                         .arg(tokens_)
-                         .arg(seconds > 0 ? tokens_ / seconds : 0.0, 0, 'f', 1)
-                         .arg(meanAcceptedLength(), 0, 'f', 2)
-                         .arg(spec_rounds_)
-                         .arg(rounds_));
+  QString text = tr("%1 tokens, %2 tok/s | mean accepted length %3 over %4 speculative of %5 rounds")
+                     .arg(tokens_)
+                     .arg(seconds > 0 ? tokens_ / seconds : 0.0, 0, 'f', 1)
+                     .arg(meanAcceptedLength(), 0, 'f', 2)
+                     .arg(spec_rounds_)
+                     .arg(rounds_);
+  if (kv_dense_ > 0) {
+    text += tr(" | KV read %1 of %2 MiB dense (%3%)")
+                .arg(mebibytes(kv_read_), mebibytes(kv_dense_))
+                .arg(100.0 * static_cast<double>(kv_read_) / static_cast<double>(kv_dense_), 0, 'f', 1);
+  }
+  counters_->setText(text);
 }
 
 void RunPanel::setRunning(bool running) {

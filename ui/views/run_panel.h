@@ -18,6 +18,7 @@ class QLabel;
 class QMessageBox;
 class QLineEdit;
 class QPlainTextEdit;
+class QProgressBar;
 class QPushButton;
 class QSpinBox;
 class QTextEdit;
@@ -59,12 +60,23 @@ class RunPanel : public QWidget {
   QVector<int> charactersByKind() const { return chars_by_kind_; }
   double meanAcceptedLength() const;
   bool isRunning() const { return running_; }
-  // The last finished run's committed-KV traffic (bytes): what attention read, and dense's.
+  // Committed-KV traffic of the current run so far, or of the last finished run (bytes): what
+  // attention read, and what dense attention would have read. Updated after every round.
   qint64 kvBytesRead() const { return kv_read_; }
   qint64 kvBytesDense() const { return kv_dense_; }
   QString countersText() const;
   // The last failure's text ("" after a good run); it is also shown in a non-modal dialog.
   QString lastError() const { return last_error_; }
+  // Shows a failure (the run's, or another long job's) in the panel's one non-modal dialog;
+  // an empty title means "The run failed".
+  void showError(const QString& message, const QString& title = QString());
+  // The model the worker holds ("" when none: before the first run, or after a failed or
+  // cancelled load), and the load bar (per mille of the tensor bytes read; hidden when idle).
+  QString loadedModel() const { return loaded_model_; }
+  int loadProgressValue() const;
+  bool isLoadBarVisible() const;
+  // The worker lives on its own thread; tests use it to act from inside a load.
+  GenerationWorker* worker() const { return worker_; }
 
  public slots:
   void startRun();
@@ -73,6 +85,8 @@ class RunPanel : public QWidget {
  signals:
   void runFinished(bool ok);
   void sessionRecorded(const QString& path);  // a finished run's session file
+  void kvTrafficChanged(qint64 read_bytes, qint64 dense_bytes);  // after every round (running totals)
+  void modelLoadProgress(int permille);
 
  private:
   void appendSegment(const QString& text, int round, int kind);
@@ -83,7 +97,7 @@ class RunPanel : public QWidget {
   void browseModelDirectory();
   void choosePromptFile();
   void chooseSparseConfig();
-  void showError(const QString& message);
+  void hideLoadBar();
   void addPrompts(const QVector<LibraryPrompt>& prompts);
 
   QThread worker_thread_;
@@ -109,6 +123,9 @@ class RunPanel : public QWidget {
   QPushButton* run_button_ = nullptr;
   QPushButton* stop_button_ = nullptr;
   QLabel* counters_ = nullptr;
+  QProgressBar* load_bar_ = nullptr;
+  QPushButton* load_cancel_ = nullptr;
+  QString loaded_model_;
   QLabel* session_label_ = nullptr;
   QVector<LibraryPrompt> prompts_;
   QString session_dir_;

@@ -121,6 +121,32 @@ TEST_F(EvalPanelTest, CancelStopsTheWorkerAndTheWindowStaysUsable) {
   EXPECT_TRUE(*again) << panel->statusText().toStdString();
 }
 
+TEST_F(EvalPanelTest, CancelDuringTheModelLoadIsACleanCancel) {
+  MainWindow window;
+  EvalPanel* panel = window.evalPanel();
+  panel->setTask("gsm8k");
+  panel->setDataFile(kGsm8k);
+  panel->setLimit(1);
+  panel->setMaxTokens(4);
+  panel->start();
+  panel->cancel();  // before the worker has loaded anything
+  auto outcome = wait_eval(*panel, 60000);
+  ASSERT_TRUE(outcome.has_value());
+  EXPECT_FALSE(*outcome);
+  EXPECT_EQ(panel->statusText(), "Cancelled.");
+  EXPECT_FALSE(panel->isRunning());
+  EXPECT_TRUE(panel->summaryText().isEmpty());
+
+  // Nothing stayed half-loaded: the next start loads the model and finishes.
+  panel->start();
+  outcome = wait_eval(*panel, 60000);
+  ASSERT_TRUE(outcome.has_value());
+  EXPECT_TRUE(*outcome) << panel->statusText().toStdString();
+  EXPECT_EQ(panel->progressMaximum(), 2);
+  EXPECT_EQ(panel->progressValue(), 2);
+  EXPECT_EQ(panel->lastOutcome().items, 1);
+}
+
 TEST_F(EvalPanelTest, MissingDataFileFailsInOneLine) {
   MainWindow window;
   EvalPanel* panel = window.evalPanel();

@@ -11,6 +11,7 @@
 #include <QMessageBox>
 #include <QTemporaryDir>
 #include <QTimer>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -145,6 +146,60 @@ TEST(RunPanel, SparseConfigReadsLessKvThanStrictAndIsRecorded) {
   EXPECT_NE(info->config_json.find(R"("dense_below":32)"), std::string::npos) << info->config_json;
 }
 
+TEST(RunPanel, KvCounterUpdatesEveryRoundWhileTheRunGoes) {
+  if (!have_default_model()) GTEST_SKIP() << "skipped: default model not downloaded";
+  QTemporaryDir dir;
+  RunPanel panel;
+  panel.setSessionDirectory(dir.path());
+  panel.setDrafter("ngram");
+  panel.setChat(false);
+  panel.setMaxTokens(16);
+  panel.setPrompt(long_prompt());
+  const QString config = dir.filePath("sa.json");
+  std::ofstream(config.toStdString()) << R"({"preset": "sa", "dense_below": 32, "eta": 0.1})";
+  panel.setSparseConfigFile(config);
+  struct Update {
+    qint64 read, dense;
+    bool running;
+    QString counters;
+  };
+  std::vector<Update> updates;
+  int rounds_seen = 0;
+  QObject::connect(&panel, &RunPanel::kvTrafficChanged, [&](qint64 read, qint64 dense) {
+    updates.push_back({read, dense, panel.isRunning(), panel.countersText()});
+    EXPECT_EQ(panel.kvBytesRead(), read);
+    EXPECT_EQ(panel.kvBytesDense(), dense);
+  });
+  QObject::connect(&panel, &RunPanel::runFinished, [&] { rounds_seen = static_cast<int>(updates.size()); });
+  const auto outcome = run_and_wait(panel, 120000);
+  ASSERT_TRUE(outcome.has_value() && *outcome) << panel.lastError().toStdString();
+  // One update per round, then the run's totals once more just before it finishes.
+  ASSERT_GE(rounds_seen, 3) << "several rounds, each updating the counter";
+  ASSERT_EQ(static_cast<int>(updates.size()), rounds_seen);
+  for (size_t i = 0; i + 1 < updates.size(); ++i) {
+    EXPECT_TRUE(updates[i].running) << "update " << i << " came while the run was going";
+    EXPECT_TRUE(updates[i].counters.contains("KV read")) << updates[i].counters.toStdString();
+    EXPECT_LE(updates[i].read, updates[i + 1].read);
+    if (i + 2 < updates.size()) {
+      EXPECT_LT(updates[i].dense, updates[i + 1].dense) << "every round reads the committed KV";
+    }
+  }
+  const Update& last = updates.back();
+  const Update& before_last = updates[updates.size() - 2];
+  EXPECT_EQ(last.read, before_last.read) << "the totals equal the sum of the rounds";
+  EXPECT_EQ(last.dense, before_last.dense);
+  EXPECT_LT(last.read, last.dense) << "SA drops blocks";
+  EXPECT_EQ(panel.kvBytesRead(), last.read);
+  EXPECT_EQ(panel.kvBytesDense(), last.dense);
+  EXPECT_LT(updates.front().dense, last.dense) << "the first update is one round, not the run";
+  EXPECT_TRUE(panel.countersText().contains("KV read")) << panel.countersText().toStdString();
+  auto store = profiler::SessionStore::open(panel.lastSessionPath().toStdString());
+  ASSERT_TRUE(store) << store.error().message;
+  auto rounds = store->read_rounds();
+  ASSERT_TRUE(rounds);
+  EXPECT_EQ(updates.size(), rounds->size() + 1) << "one update per recorded round, plus the totals";
+}
+
 TEST(RunPanel, EngineRefusalsShowTheEngineErrorAndThePanelRunsAgain) {
   if (!have_default_model()) GTEST_SKIP() << "skipped: default model not downloaded";
   QTemporaryDir dir;
@@ -181,6 +236,68 @@ TEST(RunPanel, EngineRefusalsShowTheEngineErrorAndThePanelRunsAgain) {
   ASSERT_TRUE(outcome.has_value());
   EXPECT_TRUE(*outcome) << panel.lastError().toStdString();
   EXPECT_TRUE(panel.lastError().isEmpty());
+}
+
+TEST(RunPanel, CancellingTheModelLoadLeavesNothingLoadedAndThePanelRunsAgain) {
+  if (!have_default_model()) GTEST_SKIP() << "skipped: default model not downloaded";
+  QTemporaryDir dir;
+  RunPanel panel;
+  panel.setSessionDirectory(dir.path());
+  panel.setChat(false);
+  panel.setMaxTokens(4);
+  panel.setPrompt("Hello there");
+  std::vector<int> shown;  // what the load bar showed, in order
+  QObject::connect(&panel, &RunPanel::modelLoadProgress, [&](int permille) {
+    shown.push_back(permille);
+    EXPECT_TRUE(panel.isLoadBarVisible());
+    EXPECT_EQ(panel.loadProgressValue(), permille);
+  });
+  // Cancel from inside the load, on the worker thread, once a third of the bytes are read.
+  bool cancelled_in_load = false;
+  const auto connection = QObject::connect(
+      panel.worker(), &GenerationWorker::loadProgress, panel.worker(),
+      [&](int permille) {
+        if (permille >= 333 && !cancelled_in_load) {
+          cancelled_in_load = true;
+          panel.worker()->requestStop();
+        }
+      },
+      Qt::DirectConnection);
+  auto outcome = run_and_wait(panel, 60000);
+  ASSERT_TRUE(outcome.has_value()) << "the cancelled load did not end the run";
+  EXPECT_FALSE(*outcome);
+  QObject::disconnect(connection);
+  EXPECT_TRUE(cancelled_in_load);
+  ASSERT_FALSE(shown.empty());
+  EXPECT_LT(shown.back(), 1000) << "the load stopped before its end";
+  EXPECT_TRUE(panel.loadedModel().isEmpty());
+  EXPECT_TRUE(panel.lastError().isEmpty()) << "a cancel is not an error";
+  EXPECT_EQ(error_dialog(panel), nullptr);
+  EXPECT_TRUE(panel.countersText().contains("cancelled")) << panel.countersText().toStdString();
+  EXPECT_FALSE(panel.isRunning());
+  EXPECT_FALSE(panel.isLoadBarVisible());
+  EXPECT_TRUE(panel.outputText().isEmpty());
+
+  // Stop pressed before the worker even starts the run counts too.
+  panel.startRun();
+  panel.stopRun();
+  outcome = run_and_wait(panel, 60000);  // the queued run; startRun is a no-op while running
+  ASSERT_TRUE(outcome.has_value());
+  EXPECT_FALSE(*outcome);
+  EXPECT_TRUE(panel.loadedModel().isEmpty());
+  EXPECT_TRUE(panel.countersText().contains("cancelled")) << panel.countersText().toStdString();
+
+  // The next run loads the model fully and generates.
+  shown.clear();
+  outcome = run_and_wait(panel, 60000);
+  ASSERT_TRUE(outcome.has_value());
+  EXPECT_TRUE(*outcome) << panel.lastError().toStdString();
+  EXPECT_EQ(panel.loadedModel(), "default");
+  ASSERT_FALSE(shown.empty());
+  EXPECT_EQ(shown.back(), 1000);
+  EXPECT_TRUE(std::is_sorted(shown.begin(), shown.end()));
+  EXPECT_FALSE(panel.isLoadBarVisible());
+  EXPECT_FALSE(panel.outputText().isEmpty());
 }
 
 TEST(RunPanel, CorruptModelFileRaisesADialogAndTheDefaultModelStillRuns) {
