@@ -165,7 +165,9 @@ struct CudaBackend::Impl {
   DeviceBuffer<bf16_bits> x_bf16;  // a projection input rounded for cuBLAS (prefill)
   DeviceBuffer<int32_t> ids;    // tokens (T) then positions (T)
   DeviceBuffer<uint8_t> mask;   // (T, T)
-  int32_t* host_ids = nullptr;  // pinned staging, 2·scratch_T
+  int64_t scratch_generation = 0;  // bumped when the scratch moves (captured graphs go stale)
+  bool cuda_graphs = true;
+  int32_t* host_ids = nullptr;  // pinned staging: tokens (T), positions (T), step (committed, first_new)
   uint8_t* host_mask = nullptr; // pinned, scratch_T²
 
   ~Impl() {
@@ -326,15 +328,16 @@ struct CudaBackend::Impl {
     if (auto ok = xn.allocate(T * wide, "xn"); !ok) return ok;
     if (auto ok = att.allocate(T * q_dim(), "attention out"); !ok) return ok;
     if (auto ok = x_bf16.allocate(T * std::max(wide, q_dim()), "bf16 projection input"); !ok) return ok;
-    if (auto ok = ids.allocate(2 * T, "token ids"); !ok) return ok;
+    if (auto ok = ids.allocate(2 * T + 2, "token ids"); !ok) return ok;
     if (auto ok = mask.allocate(T * T, "mask"); !ok) return ok;
     if (host_ids) cudaFreeHost(host_ids);
     if (host_mask) cudaFreeHost(host_mask);
     host_ids = nullptr;
     host_mask = nullptr;
-    SPECULA_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&host_ids), 2 * T * sizeof(int32_t)), "cudaMallocHost");
+    SPECULA_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&host_ids), (2 * T + 2) * sizeof(int32_t)), "cudaMallocHost");
     SPECULA_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&host_mask), T * T), "cudaMallocHost");
     scratch_T = T;
+    ++scratch_generation;
     return {};
   }
 
@@ -435,45 +438,32 @@ class CudaSession final : public BackendSession {
     cudaStream_t s = b.stream;
     std::memcpy(b.host_ids, tokens.data(), T * 4);
     std::memcpy(b.host_ids + T, positions.data(), T * 4);
-    SPECULA_CUDA_TRY(cudaMemcpyAsync(b.ids.get(), b.host_ids, 2 * T * 4, cudaMemcpyHostToDevice, s), "token upload");
+    b.host_ids[2 * T] = static_cast<int32_t>(committed_);
+    b.host_ids[2 * T + 1] = static_cast<int32_t>(first_new);
+    SPECULA_CUDA_TRY(cudaMemcpyAsync(b.ids.get(), b.host_ids, (2 * T + 2) * 4, cudaMemcpyHostToDevice, s),
+                     "token upload");
     const uint8_t* mask_dev = nullptr;
     if (mask) {
       for (int64_t i = 0; i < T; ++i) std::memcpy(b.host_mask + i * T, mask->row(i), static_cast<size_t>(T));
       SPECULA_CUDA_TRY(cudaMemcpyAsync(b.mask.get(), b.host_mask, T * T, cudaMemcpyHostToDevice, s), "mask upload");
       mask_dev = b.mask.get();
     }
-    const int32_t* tok_dev = b.ids.get();
-    const int32_t* pos_dev = b.ids.get() + T;
-    const int64_t dim = c.dim, qd = b.q_dim(), kvd = b.kv_dim(), ld = b.qkv_dim(), ffn = c.ffn_dim;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-    const bool adjacent = c.rope_style == RopeStyle::AdjacentPairs;
-
-    cuda::embed_rows(b.embd.get(), tok_dev, T, dim, b.x.get(), s);
-    for (int64_t l = 0; l < c.n_layers; ++l) {
-      const GpuLayer& L = b.layers[static_cast<size_t>(l)];
-      const cuda::PagedKvLayer& kv = layers_[static_cast<size_t>(l)];
-      cuda::rmsnorm_rows(b.x.get(), dim, L.attn_norm.get(), T, dim, c.rms_eps, b.xn.get(), s);
-      if (auto ok = b.gemm(L.qkv.get(), ld, dim, b.xn.get(), T, b.qkv.get(), ld, false); !ok) return ok;
-      cuda::rope_in_place(b.qkv.get(), ld, T, c.n_heads, c.n_kv_heads, c.head_dim, pos_dev, c.rope_theta, adjacent, s);
-      cuda::kv_append(kv, b.qkv.get(), ld, qd, qd + kvd, T, first_new, s);
-      cuda::kv_update_min_max(kv, first_new / B_, (first_new + T - 1) / B_ + 1, first_new + T, s);
-      cuda::attention_simple(b.qkv.get(), ld, T, c.n_heads, kv, committed_, first_new, mask_dev, scale, b.att.get(), s);
-      if (auto ok = b.gemm(L.wo.get(), dim, qd, b.att.get(), T, b.x.get(), dim, true); !ok) return ok;
-      cuda::rmsnorm_rows(b.x.get(), dim, L.ffn_norm.get(), T, dim, c.rms_eps, b.xn.get(), s);
-      if (auto ok = b.gemm(L.gate_up.get(), 2 * ffn, dim, b.xn.get(), T, b.gu.get(), 2 * ffn, false); !ok) return ok;
-      cuda::swiglu_rows(b.gu.get(), T, ffn, b.xn.get(), s);
-      if (auto ok = b.gemm(L.down.get(), dim, ffn, b.xn.get(), T, b.x.get(), dim, true); !ok) return ok;
+    if (b.cuda_graphs && T == 1 && !mask && rows == LogitRows::Last) {
+      if (auto ok = launch_decode_graph(); !ok) return ok;
+    } else if (auto ok = enqueue_forward(T, mask_dev, rows); !ok) {
+      return ok;
     }
-    const int64_t first_out = rows == LogitRows::All ? 0 : T - 1;
-    const int64_t n_out = T - first_out;
-    cuda::rmsnorm_rows(b.x.get() + first_out * dim, dim, b.output_norm.get(), n_out, dim, c.rms_eps, b.xn.get(), s);
-    if (auto ok = b.gemm(b.output, V, dim, b.xn.get(), n_out, b.logits.get(), V, false); !ok) return ok;
     SPECULA_CUDA_TRY(cudaGetLastError(), "kernel launch in forward");
+    const int64_t n_out = rows == LogitRows::All ? T : 1;
     SPECULA_CUDA_TRY(cudaMemcpyAsync(logits.data(), b.logits.get(), n_out * V * 4, cudaMemcpyDeviceToHost, s),
                      "logits download");
     // The forward's one host synchronization: the logits must be on the host.
     SPECULA_CUDA_TRY(cudaStreamSynchronize(s), "forward");
     return {};
+  }
+
+  ~CudaSession() override {
+    if (decode_graph_) cudaGraphExecDestroy(decode_graph_);
   }
 
   Status commit(std::span<const int> keep_rows) override {
@@ -522,7 +512,69 @@ class CudaSession final : public BackendSession {
     return {};
   }
 
+  // Enqueues the forward of T new tokens, from the embedding to the logits GEMM, reading the
+  // tokens, positions and step scalars that forward() uploaded to b.ids.
+  Status enqueue_forward(int64_t T, const uint8_t* mask_dev, LogitRows rows) {
+    auto& b = *b_;
+    const auto& c = b.cfg;
+    cudaStream_t s = b.stream;
+    const int32_t* tok_dev = b.ids.get();
+    const int32_t* pos_dev = b.ids.get() + T;
+    const int32_t* step_dev = b.ids.get() + 2 * T;
+    const int64_t dim = c.dim, qd = b.q_dim(), kvd = b.kv_dim(), ld = b.qkv_dim(), ffn = c.ffn_dim, V = c.vocab_size;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    const bool adjacent = c.rope_style == RopeStyle::AdjacentPairs;
+    cuda::embed_rows(b.embd.get(), tok_dev, T, dim, b.x.get(), s);
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      const GpuLayer& L = b.layers[static_cast<size_t>(l)];
+      const cuda::PagedKvLayer& kv = layers_[static_cast<size_t>(l)];
+      cuda::rmsnorm_rows(b.x.get(), dim, L.attn_norm.get(), T, dim, c.rms_eps, b.xn.get(), s);
+      if (auto ok = b.gemm(L.qkv.get(), ld, dim, b.xn.get(), T, b.qkv.get(), ld, false); !ok) return ok;
+      cuda::rope_in_place(b.qkv.get(), ld, T, c.n_heads, c.n_kv_heads, c.head_dim, pos_dev, c.rope_theta, adjacent, s);
+      cuda::kv_append_at(kv, b.qkv.get(), ld, qd, qd + kvd, T, step_dev, s);
+      cuda::kv_update_min_max_at(kv, T, step_dev, s);
+      cuda::attention_at(b.qkv.get(), ld, T, c.n_heads, kv, step_dev, mask_dev, scale, b.att.get(), s);
+      if (auto ok = b.gemm(L.wo.get(), dim, qd, b.att.get(), T, b.x.get(), dim, true); !ok) return ok;
+      cuda::rmsnorm_rows(b.x.get(), dim, L.ffn_norm.get(), T, dim, c.rms_eps, b.xn.get(), s);
+      if (auto ok = b.gemm(L.gate_up.get(), 2 * ffn, dim, b.xn.get(), T, b.gu.get(), 2 * ffn, false); !ok) return ok;
+      cuda::swiglu_rows(b.gu.get(), T, ffn, b.xn.get(), s);
+      if (auto ok = b.gemm(L.down.get(), dim, ffn, b.xn.get(), T, b.x.get(), dim, true); !ok) return ok;
+    }
+    const int64_t first_out = rows == LogitRows::All ? 0 : T - 1;
+    const int64_t n_out = T - first_out;
+    cuda::rmsnorm_rows(b.x.get() + first_out * dim, dim, b.output_norm.get(), n_out, dim, c.rms_eps, b.xn.get(), s);
+    return b.gemm(b.output, V, dim, b.xn.get(), n_out, b.logits.get(), V, false);
+  }
+
+  // A decode step as one graph launch. Captured on the first step (and again after the shared
+  // scratch moved); every launch parameter it holds is a device pointer, and what changes per
+  // step (token, position, committed, first_new) is read on the device from b.ids.
+  Status launch_decode_graph() {
+    auto& b = *b_;
+    if (!decode_graph_ || graph_generation_ != b.scratch_generation) {
+      if (decode_graph_) cudaGraphExecDestroy(decode_graph_);
+      decode_graph_ = nullptr;
+      cudaGraph_t graph = nullptr;
+      SPECULA_CUDA_TRY(cudaStreamBeginCapture(b.stream, cudaStreamCaptureModeThreadLocal), "decode graph capture");
+      const Status enqueued = enqueue_forward(1, nullptr, LogitRows::Last);
+      const cudaError_t captured = cudaStreamEndCapture(b.stream, &graph);
+      if (!enqueued) {
+        if (graph) cudaGraphDestroy(graph);
+        return enqueued;
+      }
+      SPECULA_CUDA_TRY(captured, "decode graph capture");
+      const cudaError_t made = cudaGraphInstantiate(&decode_graph_, graph, 0);
+      cudaGraphDestroy(graph);
+      SPECULA_CUDA_TRY(made, "decode graph instantiation");
+      graph_generation_ = b.scratch_generation;
+    }
+    SPECULA_CUDA_TRY(cudaGraphLaunch(decode_graph_, b.stream), "decode graph launch");
+    return {};
+  }
+
   CudaBackend::Impl* b_;
+  cudaGraphExec_t decode_graph_ = nullptr;
+  int64_t graph_generation_ = -1;
   int64_t B_;
   int64_t capacity_;
   int64_t n_blocks_ = 0;
@@ -579,6 +631,7 @@ Expected<std::unique_ptr<CudaBackend>> make_cuda_backend(const Model& model, con
   }
   std::unique_ptr<CudaBackend> backend(new CudaBackend());
   if (auto ok = backend->impl_->init(options.device); !ok) return ok.error();
+  backend->impl_->cuda_graphs = options.cuda_graphs;
   if (auto ok = backend->impl_->load(model); !ok) return ok.error();
   if (auto ok = warm_up(*backend); !ok) return ok.error();
   return backend;
@@ -588,6 +641,7 @@ Expected<std::unique_ptr<CudaBackend>> make_synthetic_cuda_backend(const ModelCo
                                                                    const CudaBackendOptions& options) {
   std::unique_ptr<CudaBackend> backend(new CudaBackend());
   if (auto ok = backend->impl_->init(options.device); !ok) return ok.error();
+  backend->impl_->cuda_graphs = options.cuda_graphs;
   if (auto ok = backend->impl_->generate_synthetic(config, seed); !ok) return ok.error();
   if (auto ok = warm_up(*backend); !ok) return ok.error();
   return backend;

@@ -13,6 +13,9 @@ namespace specula {
 
 struct CudaBackendOptions {
   int device = 0;
+  // Decode steps (one token, last logits, no mask) replay a CUDA graph captured on the first
+  // one: one launch instead of ~10 per layer. Off: every kernel is launched each step.
+  bool cuda_graphs = true;
 };
 
 // True when built with CUDA and at least one GPU is visible (never prints).

@@ -72,6 +72,9 @@ __global__ void rope_kernel(float* __restrict__ qkv, int64_t ld, int64_t heads, 
   }
 }
 
+// Indices into a device step array (model_ops.h: the *_at launches).
+constexpr int kStepCommitted = 0, kStepFirstNew = 1;
+
 __device__ __forceinline__ int64_t slot_row(const PagedKvLayer& kv, int64_t row, int64_t head) {
   const int64_t phys = kv.block_table[row / kv.block_size];
   return ((phys * kv.n_kv_heads + head) * kv.block_size + row % kv.block_size) * kv.head_dim;
@@ -79,7 +82,8 @@ __device__ __forceinline__ int64_t slot_row(const PagedKvLayer& kv, int64_t row,
 
 // grid (T, n_kv_heads), threads over head_dim.
 __global__ void kv_append_kernel(PagedKvLayer kv, const float* __restrict__ qkv, int64_t ld, int64_t k_col,
-                                 int64_t v_col, int64_t first_row) {
+                                 int64_t v_col, int64_t first_row, const int32_t* __restrict__ step) {
+  if (step) first_row = step[kStepFirstNew];
   const int64_t t = blockIdx.x, h = blockIdx.y;
   const int64_t base = slot_row(kv, first_row + t, h);
   const float* row = qkv + t * ld;
@@ -89,8 +93,16 @@ __global__ void kv_append_kernel(PagedKvLayer kv, const float* __restrict__ qkv,
   }
 }
 
-// grid (blocks, n_kv_heads), threads over head_dim.
-__global__ void kv_min_max_kernel(PagedKvLayer kv, int64_t block_begin, int64_t rows_present) {
+// grid (blocks, n_kv_heads), threads over head_dim. With `step`, the blocks are those of rows
+// [first_new, first_new + new_rows) and rows_present = first_new + new_rows.
+__global__ void kv_min_max_kernel(PagedKvLayer kv, int64_t block_begin, int64_t rows_present,
+                                  const int32_t* __restrict__ step, int64_t new_rows) {
+  if (step) {
+    const int64_t first_new = step[kStepFirstNew];
+    block_begin = first_new / kv.block_size;
+    rows_present = first_new + new_rows;
+    if (block_begin + static_cast<int64_t>(blockIdx.x) > (rows_present - 1) / kv.block_size) return;
+  }
   const int64_t block = block_begin + blockIdx.x, h = blockIdx.y;
   const int64_t first = block * kv.block_size;
   const int64_t last = min(first + kv.block_size, rows_present);
@@ -134,7 +146,12 @@ constexpr int kMaxPerLane = 8;  // head_dim ≤ 256
 // optimized tree/sparse kernels live in tree_attention.cu / sparse_attention.cu.
 __global__ void attention_kernel(const float* __restrict__ q, int64_t ld_q, int64_t T, int64_t n_heads,
                                  PagedKvLayer kv, int64_t committed, int64_t first_new,
-                                 const uint8_t* __restrict__ mask, float scale, float* __restrict__ out) {
+                                 const uint8_t* __restrict__ mask, float scale, float* __restrict__ out,
+                                 const int32_t* __restrict__ step) {
+  if (step) {
+    committed = step[kStepCommitted];
+    first_new = step[kStepFirstNew];
+  }
   const int64_t h = blockIdx.x, t = blockIdx.y, hd = kv.head_dim;
   const int64_t kvh = h / (n_heads / kv.n_kv_heads);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -249,14 +266,26 @@ void rope_in_place(float* qkv, int64_t ld, int64_t T, int64_t n_heads, int64_t n
 void kv_append(const PagedKvLayer& kv, const float* qkv, int64_t ld, int64_t k_col, int64_t v_col, int64_t T,
                int64_t first_row, cudaStream_t stream) {
   kv_append_kernel<<<dim3(static_cast<unsigned>(T), static_cast<unsigned>(kv.n_kv_heads)), 128, 0, stream>>>(
-      kv, qkv, ld, k_col, v_col, first_row);
+      kv, qkv, ld, k_col, v_col, first_row, nullptr);
+}
+
+void kv_append_at(const PagedKvLayer& kv, const float* qkv, int64_t ld, int64_t k_col, int64_t v_col, int64_t T,
+                  const int32_t* step, cudaStream_t stream) {
+  kv_append_kernel<<<dim3(static_cast<unsigned>(T), static_cast<unsigned>(kv.n_kv_heads)), 128, 0, stream>>>(
+      kv, qkv, ld, k_col, v_col, 0, step);
 }
 
 void kv_update_min_max(const PagedKvLayer& kv, int64_t block_begin, int64_t block_end, int64_t rows_present,
                        cudaStream_t stream) {
   if (block_end <= block_begin) return;
   kv_min_max_kernel<<<dim3(static_cast<unsigned>(block_end - block_begin), static_cast<unsigned>(kv.n_kv_heads)), 128,
-                      0, stream>>>(kv, block_begin, rows_present);
+                      0, stream>>>(kv, block_begin, rows_present, nullptr, 0);
+}
+
+void kv_update_min_max_at(const PagedKvLayer& kv, int64_t T, const int32_t* step, cudaStream_t stream) {
+  // T new rows touch at most ceil(T / B) + 1 blocks; the kernel drops the ones past the last row.
+  const auto blocks = static_cast<unsigned>((T + kv.block_size - 1) / kv.block_size + 1);
+  kv_min_max_kernel<<<dim3(blocks, static_cast<unsigned>(kv.n_kv_heads)), 128, 0, stream>>>(kv, 0, 0, step, T);
 }
 
 void kv_move_rows(const PagedKvLayer& kv, const int32_t* from, const int32_t* to, int64_t n, bf16_bits* scratch,
@@ -271,7 +300,13 @@ void attention_simple(const float* q, int64_t ld_q, int64_t T, int64_t n_heads, 
                       int64_t committed, int64_t first_new, const uint8_t* mask, float scale, float* out,
                       cudaStream_t stream) {
   attention_kernel<<<dim3(static_cast<unsigned>(n_heads), static_cast<unsigned>(T)), kAttnWarps * 32, 0, stream>>>(
-      q, ld_q, T, n_heads, kv, committed, first_new, mask, scale, out);
+      q, ld_q, T, n_heads, kv, committed, first_new, mask, scale, out, nullptr);
+}
+
+void attention_at(const float* q, int64_t ld_q, int64_t T, int64_t n_heads, const PagedKvLayer& kv, const int32_t* step,
+                  const uint8_t* mask, float scale, float* out, cudaStream_t stream) {
+  attention_kernel<<<dim3(static_cast<unsigned>(n_heads), static_cast<unsigned>(T)), kAttnWarps * 32, 0, stream>>>(
+      q, ld_q, T, n_heads, kv, 0, 0, mask, scale, out, step);
 }
 
 void fill_uniform_bf16(bf16_bits* out, int64_t n, uint64_t seed, float scale, cudaStream_t stream) {

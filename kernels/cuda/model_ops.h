@@ -57,6 +57,14 @@ void attention_simple(const float* q, int64_t ld_q, int64_t T, int64_t n_heads, 
                       int64_t committed, int64_t first_new, const uint8_t* mask, float scale, float* out,
                       cudaStream_t stream);
 
+// The same three launches with committed and first_new read on the device from
+// step[0] = committed, step[1] = first_new (int32), so a captured CUDA graph replays them for
+// every decode step without new launch parameters.
+void kv_append_at(const PagedKvLayer& kv, const float* qkv, int64_t ld, int64_t k_col, int64_t v_col, int64_t T,
+                  const int32_t* step, cudaStream_t stream);
+void kv_update_min_max_at(const PagedKvLayer& kv, int64_t T, const int32_t* step, cudaStream_t stream);
+void attention_at(const float* q, int64_t ld_q, int64_t T, int64_t n_heads, const PagedKvLayer& kv, const int32_t* step,
+                  const uint8_t* mask, float scale, float* out, cudaStream_t stream);
 // Deterministic pseudo-random fill (hash of seed and index): uniform in [-scale, scale).
 void fill_uniform_bf16(bf16_bits* out, int64_t n, uint64_t seed, float scale, cudaStream_t stream);
 void fill_f32(float* out, int64_t n, float value, cudaStream_t stream);

@@ -172,6 +172,64 @@ TEST_F(CudaBackendTest, TreeMaskedForwardAndCommitMatchCpu) {
   EXPECT_LT(rel_l2(again, lg), 1e-6);
 }
 
+// Decode steps replayed from the captured CUDA graph give the same logits, bit for bit, as the
+// same kernels launched one by one: across a tree forward, a commit of one path, a rollback,
+// and a second session on the same backend (whose larger prefill moves the shared scratch, so
+// the first session's graph must be captured again).
+TEST_F(CudaBackendTest, DecodeGraphReplaysTheLaunchedKernelsExactly) {
+  CudaBackendOptions no_graphs;
+  no_graphs.cuda_graphs = false;
+  auto plain = make_cuda_backend(*model_, no_graphs);
+  ASSERT_TRUE(plain) << plain.error().message;
+  const int64_t V = cuda_->config().vocab_size;
+  auto run = [&](CudaBackend& backend, std::vector<float>& trace) {
+    auto a = backend.start(16, 256);
+    auto second = backend.start(16, 256);
+    ASSERT_TRUE(a && second);
+    const auto prompt = encode("The quick brown fox jumps over the lazy dog.");
+    std::vector<int32_t> pos(prompt.size());
+    std::iota(pos.begin(), pos.end(), 0);
+    std::vector<float> l(V);
+    ASSERT_TRUE((*a)->forward(prompt, pos, nullptr, l, LogitRows::Last));
+    (*a)->commit_all();
+    int32_t tok = argmax(l);
+    for (int step = 0; step < 24; ++step) {
+      int32_t p = static_cast<int32_t>((*a)->committed());
+      if (step == 8) {  // a 3-node tree, keep the root and one child
+        const std::vector<int32_t> toks = {tok, 500, 600}, tpos = {p, p + 1, p + 1};
+        const auto mask = AttentionMask::from_parents(std::vector<int>{-1, 0, 0});
+        std::vector<float> all(3 * V);
+        ASSERT_TRUE((*a)->forward(toks, tpos, &mask, all, LogitRows::All));
+        ASSERT_TRUE((*a)->commit(std::vector<int>{0, 2}));
+        trace.insert(trace.end(), all.begin(), all.end());
+        tok = argmax(all, 2 * V, V);
+        continue;
+      }
+      if (step == 12) {  // a longer prefill elsewhere grows the shared scratch
+        std::vector<int32_t> long_prompt(40, 1000), long_pos(40);
+        std::iota(long_pos.begin(), long_pos.end(), 0);
+        ASSERT_TRUE((*second)->forward(long_prompt, long_pos, nullptr, l, LogitRows::Last));
+        (*second)->commit_all();
+      }
+      ASSERT_TRUE((*a)->forward({&tok, 1}, {&p, 1}, nullptr, l, LogitRows::Last));
+      if (step == 16) {  // rollback, then the same step again
+        (*a)->rollback();
+        ASSERT_TRUE((*a)->forward({&tok, 1}, {&p, 1}, nullptr, l, LogitRows::Last));
+      }
+      (*a)->commit_all();
+      trace.insert(trace.end(), l.begin(), l.end());
+      tok = argmax(l);
+    }
+  };
+  std::vector<float> with_graph, without;
+  run(*cuda_, with_graph);
+  run(**plain, without);
+  ASSERT_EQ(with_graph.size(), without.size());
+  size_t differing = 0;
+  for (size_t i = 0; i < with_graph.size(); ++i) differing += with_graph[i] != without[i];
+  EXPECT_EQ(differing, 0u) << "of " << with_graph.size() << " logits";
+}
+
 TEST_F(CudaBackendTest, BadInputIsAnErrorNotACrash) {
   auto gs = cuda_->start(16, 8);
   ASSERT_TRUE(gs);
