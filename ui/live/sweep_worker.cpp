@@ -50,7 +50,8 @@ void SweepWorker::run(const SweepRequest& request) {
   for (const SweepConfig& c : request.configs) {
     auto tree = parse_tree_shape(c.tree.toStdString());
     if (!tree) {
-      return emit failed(tr("Sweep configuration %1: tree: %2").arg(c.label(), QString::fromStdString(tree.error().message)));
+      return emit failed(
+          tr("Sweep configuration %1: tree: %2").arg(c.label(), QString::fromStdString(tree.error().message)));
     }
     prepared.push_back({c, *tree, {}});
   }
@@ -123,7 +124,8 @@ void SweepWorker::run(const SweepRequest& request) {
     options.sparse = p.sparse;
 
     const QString path =
-        QDir(request.session_dir).filePath(QStringLiteral("sweep-%1-%2-%3.sqlite").arg(stamp).arg(i + 1).arg(file_part(p.config)));
+        QDir(request.session_dir)
+            .filePath(QStringLiteral("sweep-%1-%2-%3.sqlite").arg(stamp).arg(i + 1).arg(file_part(p.config)));
     profiler::RecorderOptions recorder_options;
     recorder_options.level = ObserveLevel::kSummary;
     auto created = profiler::Recorder::create(path.toStdString(), recorder_options);
@@ -157,7 +159,8 @@ void SweepWorker::run(const SweepRequest& request) {
     }
     if (!result) {
       remove_session(path);
-      return emit failed(tr("Sweep configuration %1: %2").arg(p.config.label(), QString::fromStdString(result.error().message)));
+      return emit failed(
+          tr("Sweep configuration %1: %2").arg(p.config.label(), QString::fromStdString(result.error().message)));
     }
     if (!recorded) return emit failed(tr("Recording: %1").arg(QString::fromStdString(recorded.error().message)));
     SweepRow row;

@@ -94,9 +94,10 @@ SweepPanel::SweepPanel(RunPanel* run_panel, QWidget* parent) : QWidget(parent), 
   lists->addLayout(preset_col);
   lists->addLayout(tree_col);
   count_ = new QLabel;
-  auto* note = new QLabel(tr("The model, drafter and acceptance rule come from the run panel. Each run is recorded "
-                             "as a session in the run panel's sessions folder; Cancel deletes the interrupted "
-                             "run's session and keeps the finished ones."));
+  auto* note =
+      new QLabel(tr("The model, drafter and acceptance rule come from the run panel. Each run is recorded "
+                    "as a session in the run panel's sessions folder; Cancel deletes the interrupted "
+                    "run's session and keeps the finished ones."));
   note->setWordWrap(true);
 
   start_ = new QPushButton(tr("Run sweep"));
@@ -180,9 +181,8 @@ SweepPanel::SweepPanel(RunPanel* run_panel, QWidget* parent) : QWidget(parent), 
     new_tree_->clear();
   });
   connect(table_, &QTableWidget::cellDoubleClicked, this, [this](int row, int) { openRow(row); });
-  connect(table_, &QTableWidget::itemSelectionChanged, this, [this] {
-    compare_->setEnabled(table_->selectionModel()->selectedRows().size() == 2);
-  });
+  connect(table_, &QTableWidget::itemSelectionChanged, this,
+          [this] { compare_->setEnabled(table_->selectionModel()->selectedRows().size() == 2); });
   connect(compare_, &QPushButton::clicked, this, &SweepPanel::compareSelected);
   refreshCount();
 }
@@ -241,7 +241,8 @@ void SweepPanel::start() {
   bar_->setValue(0);
   setRunning(true);
   worker_->clearCancel();
-  QMetaObject::invokeMethod(worker_, [worker = worker_, request] { worker->run(request); }, Qt::QueuedConnection);
+  QMetaObject::invokeMethod(
+      worker_, [worker = worker_, request] { worker->run(request); }, Qt::QueuedConnection);
 }
 
 void SweepPanel::cancel() {
@@ -266,12 +267,11 @@ void SweepPanel::addRow(const SweepRow& row) {
   rows_.push_back(row);
   const int r = table_->rowCount();
   table_->insertRow(r);
-  const double share =
-      row.kv_bytes_dense > 0 ? 100.0 * static_cast<double>(row.kv_bytes_read) / static_cast<double>(row.kv_bytes_dense) : 0.0;
+  const double share = row.kv_bytes_dense > 0
+                           ? 100.0 * static_cast<double>(row.kv_bytes_read) / static_cast<double>(row.kv_bytes_dense)
+                           : 0.0;
   const QString cells[kColumns] = {
-      row.config,
-      QString::number(row.tokens_per_s, 'f', 1),
-      QString::number(row.mean_accepted_length, 'f', 2),
+      row.config, QString::number(row.tokens_per_s, 'f', 1), QString::number(row.mean_accepted_length, 'f', 2),
       tr("%1 of %2 MiB (%3%)").arg(mebibytes(row.kv_bytes_read), mebibytes(row.kv_bytes_dense)).arg(share, 0, 'f', 1),
       QFileInfo(row.session_path).fileName()};
   for (int c = 0; c < kColumns; ++c) {
