@@ -157,8 +157,12 @@ TEST_F(SweepPanelTest, TinySweepGivesTwoRowsWhoseSessionsOpenAndCompare) {
     EXPECT_EQ(config["max_tokens"], 12);
     EXPECT_EQ(config["sparse"]["preset"], configs[i].sparse.toStdString()) << info->config_json;
   }
-  // Dense verification reads every committed row.
+  // Dense verification reads every committed row, and so does the SA preset on a context this
+  // short (below its L_b of 1024 tokens; the run panel's test covers SA dropping blocks).
   EXPECT_EQ(rows[0].kv_bytes_read, rows[0].kv_bytes_dense);
+  EXPECT_EQ(rows[1].kv_bytes_read, rows[1].kv_bytes_dense);
+  EXPECT_TRUE(panel->table()->item(0, 3)->text().endsWith("(100.0%)"))
+      << panel->table()->item(0, 3)->text().toStdString();
 
   // A double-click opens the row's session in the main window.
   emit panel->table()->cellDoubleClicked(1, 0);
@@ -256,9 +260,20 @@ TEST_F(SweepPanelTest, BadTreeShapeAndMissingModelGoToTheRunPanelsErrorDialog) {
   EXPECT_EQ(dialog->windowTitle(), "Sweep failed");
   EXPECT_EQ(dialog->text(), run_panel.lastError());
 
+  // A preset the model cannot run (expert skipping on a dense model) is refused before any run.
+  panel.setPresets({"strict", "smoe"});
+  panel.setTreeShapes({"chain:4"});
+  panel.start();
+  outcome = wait_sweep(panel, 60000);
+  ASSERT_TRUE(outcome.has_value());
+  EXPECT_FALSE(*outcome);
+  EXPECT_TRUE(run_panel.lastError().contains("smoe / chain:4")) << run_panel.lastError().toStdString();
+  EXPECT_TRUE(sessions_in(work_.filePath("sessions")).isEmpty()) << "checked before the first run";
+  EXPECT_EQ(dialog->text(), run_panel.lastError());
+
   const QString missing = work_.filePath("no-such-model.gguf");
   run_panel.setModelSpec(missing);
-  panel.setTreeShapes({"chain:4"});
+  panel.setPresets({"strict"});
   panel.start();
   outcome = wait_sweep(panel, 30000);
   ASSERT_TRUE(outcome.has_value());
