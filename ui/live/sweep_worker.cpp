@@ -66,7 +66,7 @@ void SweepWorker::run(const SweepRequest& request) {
     loaded_spec_.clear();
     WorkerLoad load =
         load_model_for_worker(request.model_spec, cancel_, [this](int permille) { emit loadProgress(permille); });
-    if (load.cancelled) return emit cancelled(0);
+    if (load.cancelled) return emit cancelled(0, false);
     if (!load.model) return emit failed(load.error);
     emit stage(tr("Hashing the model file ..."));
     auto sha = model_sha256(load.model->path);
@@ -76,7 +76,7 @@ void SweepWorker::run(const SweepRequest& request) {
     model_sha256_ = *sha;
     loaded_spec_ = request.model_spec;
   }
-  if (cancel_) return emit cancelled(0);
+  if (cancel_) return emit cancelled(0, false);
 
   // Every configuration is checked against the model before the first run, so a refused one
   // (e.g. a calibration-less preset the engine cannot set up) costs no runs.
@@ -105,7 +105,7 @@ void SweepWorker::run(const SweepRequest& request) {
   const QString stamp = QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss-zzz"));
   emit progress(0, total);
   for (int i = 0; i < total; ++i) {
-    if (cancel_) return emit cancelled(i);
+    if (cancel_) return emit cancelled(i, false);
     const PreparedConfig& p = prepared[static_cast<size_t>(i)];
     emit stage(tr("Run %1 of %2: %3 ...").arg(i + 1).arg(total).arg(p.config.label()));
     // A fresh drafter per run: the n-gram drafter learns from what it has seen.
@@ -155,7 +155,7 @@ void SweepWorker::run(const SweepRequest& request) {
     recorder.reset();  // closes the database before it may be deleted
     if (cancel_) {
       remove_session(path);
-      return emit cancelled(i);
+      return emit cancelled(i, true);
     }
     if (!result) {
       remove_session(path);

@@ -66,7 +66,8 @@ class SweepWorker : public QObject {
   void progress(int runs_done, int runs_total);
   void rowReady(const specula::ui::SweepRow& row);
   void finished(int runs);
-  void cancelled(int runs_done);
+  // interrupted: a run was under way (its session deleted), not the load or the gap between runs.
+  void cancelled(int runs_done, bool interrupted);
   void failed(const QString& message);
 
  private:

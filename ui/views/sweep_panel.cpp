@@ -160,8 +160,10 @@ SweepPanel::SweepPanel(RunPanel* run_panel, QWidget* parent) : QWidget(parent), 
     status_->setText(tr("Done: %1 runs recorded.").arg(runs));
     emit sweepFinished(true);
   });
-  connect(worker_, &SweepWorker::cancelled, this, [this](int done) {
-    onStopped(tr("Cancelled after %1 of %2 runs; the interrupted run's session was deleted.").arg(done).arg(total_));
+  connect(worker_, &SweepWorker::cancelled, this, [this](int done, bool interrupted) {
+    QString text = tr("Cancelled after %1 of %2 runs").arg(done).arg(total_);
+    if (interrupted) text += tr("; the interrupted run's session was deleted");
+    onStopped(text + ".");
   });
   connect(worker_, &SweepWorker::failed, this, [this](const QString& message) {
     onStopped(tr("Failed: %1").arg(message));

@@ -216,7 +216,7 @@ TEST_F(SweepPanelTest, CancelMidSweepStopsWithinASecondAndLeavesTheDockUsable) {
   EXPECT_FALSE(*outcome);
   std::printf("cancel took %lld ms\n", static_cast<long long>(timer.elapsed()));
   EXPECT_LT(timer.elapsed(), 1000) << "Cancel acts at the next token";
-  EXPECT_TRUE(panel.statusText().startsWith("Cancelled after 1 of 4 runs")) << panel.statusText().toStdString();
+  EXPECT_EQ(panel.statusText(), "Cancelled after 1 of 4 runs; the interrupted run's session was deleted.");
   EXPECT_FALSE(panel.isRunning());
   EXPECT_EQ(panel.progressValue(), 1);
   EXPECT_TRUE(run_panel.lastError().isEmpty()) << "a cancel is not an error";
@@ -235,6 +235,17 @@ TEST_F(SweepPanelTest, CancelMidSweepStopsWithinASecondAndLeavesTheDockUsable) {
   EXPECT_TRUE(*again) << panel.statusText().toStdString();
   EXPECT_EQ(panel.rows().size(), 1);
   EXPECT_EQ(sessions_in(sessions).size(), 2);
+
+  // Cancel before the worker picks the sweep up: no run starts, nothing is written.
+  panel.start();
+  panel.cancel();
+  const auto early = wait_sweep(panel, 30000);
+  ASSERT_TRUE(early.has_value());
+  EXPECT_FALSE(*early);
+  EXPECT_EQ(panel.statusText(), "Cancelled after 0 of 1 runs.");
+  EXPECT_TRUE(panel.rows().isEmpty());
+  EXPECT_EQ(sessions_in(sessions).size(), 2);
+  EXPECT_FALSE(panel.isRunning());
 }
 
 TEST_F(SweepPanelTest, BadTreeShapeAndMissingModelGoToTheRunPanelsErrorDialog) {
