@@ -28,6 +28,7 @@
 #include "ui/views/run_panel.h"
 #include "ui/views/schedule_view.h"
 #include "ui/views/session_browser.h"
+#include "ui/views/sweep_panel.h"
 #include "ui/views/teach_view.h"
 #include "ui/views/timeline_view.h"
 
@@ -120,6 +121,14 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   QDockWidget* calibration = addViewDock(tr("Calibration"), QStringLiteral("calibrationDock"), calibration_panel_,
                                          Qt::LeftDockWidgetArea);
   calibration->hide();
+  sweep_panel_ = new SweepPanel(run_panel_, this);
+  QDockWidget* sweep = addViewDock(tr("Sweep"), QStringLiteral("sweepDock"), sweep_panel_, Qt::LeftDockWidgetArea);
+  sweep->hide();
+  connect(sweep_panel_, &SweepPanel::openRequested, this, [this](const QString& path) { openSession(path); });
+  connect(sweep_panel_, &SweepPanel::compareRequested, this, [this](const QString& left, const QString& right) {
+    if (openSession(left)) compareWith(right);
+  });
+  connect(sweep_panel_, &SweepPanel::sweepFinished, browser_, &SessionBrowser::refresh);
   browser_->setDirectory(run_panel_->sessionDirectory());
   connect(browser_, &SessionBrowser::openRequested, this, [this](const QString& path) { openSession(path); });
 
@@ -217,6 +226,12 @@ void MainWindow::buildMenus() {
     d->show();
     d->raise();
   });
+  QAction* sweep = tools->addAction(tr("&Profile sweep..."));
+  connect(sweep, &QAction::triggered, this, [this] {
+    QDockWidget* d = dock(QStringLiteral("sweepDock"));
+    d->show();
+    d->raise();
+  });
   QAction* evaluate = tools->addAction(tr("&Evaluate..."));
   connect(evaluate, &QAction::triggered, this, [this] {
     QDockWidget* d = dock(QStringLiteral("evalDock"));
@@ -228,7 +243,8 @@ void MainWindow::buildMenus() {
   int key = Qt::Key_1;
   for (QDockWidget* d : findChildren<QDockWidget*>()) {
     QAction* toggle = d->toggleViewAction();
-    toggle->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | static_cast<Qt::Key>(key++)));
+    // Ctrl+Shift+1..9 for the first nine docks; later ones are reached through this menu.
+    if (key <= Qt::Key_9) toggle->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | static_cast<Qt::Key>(key++)));
     view_menu_->addAction(toggle);
   }
   view_menu_->addSeparator();

@@ -3,7 +3,7 @@
 // streamed output, live counters; every run recorded as a session) in the centre, and the
 // session views as dockable panels around it (draft tree, overlap heatmap, refresh/reuse
 // schedule, experts and FFN, kernel timeline, teaching, session browser, evaluation,
-// calibration), all
+// calibration, profiling sweep), all
 // following one SessionDocument. File > Export writes Perfetto JSON, CSV and view images. The dock layout, window geometry, theme and recent sessions persist in
 // QSettings. Generation runs on a worker thread (ui/live/generation_worker.h); the window never
 // blocks.
@@ -22,6 +22,7 @@ class EvalPanel;
 class RunPanel;
 class SessionBrowser;
 class SessionDocument;
+class SweepPanel;
 
 class MainWindow : public QMainWindow {
   Q_OBJECT
@@ -38,6 +39,7 @@ class MainWindow : public QMainWindow {
   RunPanel* runPanel() const { return run_panel_; }
   EvalPanel* evalPanel() const { return eval_panel_; }
   CalibrationPanel* calibrationPanel() const { return calibration_panel_; }
+  SweepPanel* sweepPanel() const { return sweep_panel_; }
   SessionDocument* document() const { return document_; }
   SessionBrowser* sessionBrowser() const { return browser_; }
   QDockWidget* dock(const QString& object_name) const;
@@ -79,6 +81,7 @@ class MainWindow : public QMainWindow {
   RunPanel* run_panel_ = nullptr;
   EvalPanel* eval_panel_ = nullptr;
   CalibrationPanel* calibration_panel_ = nullptr;
+  SweepPanel* sweep_panel_ = nullptr;
   SessionDocument* document_ = nullptr;
   SessionBrowser* browser_ = nullptr;
   QMenu* recent_menu_ = nullptr;

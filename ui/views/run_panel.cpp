@@ -273,6 +273,8 @@ void RunPanel::setSparsePreset(const QString& preset) {
 QString RunPanel::modelSpec() const { return model_edit_->text().trimmed(); }
 QString RunPanel::drafter() const { return drafter_->currentText(); }
 QString RunPanel::tree() const { return tree_edit_->text().trimmed(); }
+QString RunPanel::prompt() const { return prompt_edit_->toPlainText(); }
+QString RunPanel::acceptRule() const { return accept_->currentText().trimmed(); }
 
 QString RunPanel::sparsePreset() const { return sparse_->currentData().toString(); }
 

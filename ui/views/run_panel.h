@@ -42,6 +42,8 @@ class RunPanel : public QWidget {
   QString modelSpec() const;
   QString drafter() const;
   QString tree() const;
+  QString prompt() const;
+  QString acceptRule() const;  // greedy | sample | cascade:TAU
   void setSparsePreset(const QString& preset);
   void setSparseConfigFile(const QString& path);
   QString sparsePreset() const;
