@@ -163,7 +163,7 @@ struct CudaBackend::Impl {
   DeviceBuffer<float> x, qkv, gu, logits;
   DeviceBuffer<float> xn, att;     // projection inputs, f32 (kernels/cuda/skinny_gemm.h)
   DeviceBuffer<bf16_bits> x_bf16;  // a projection input rounded for cuBLAS (prefill)
-  DeviceBuffer<int32_t> ids;    // tokens (T) then positions (T)
+  DeviceBuffer<int32_t> ids;    // tokens (T), positions (T), step {committed, first_new}
   DeviceBuffer<uint8_t> mask;   // (T, T)
   int64_t scratch_generation = 0;  // bumped when the scratch moves (captured graphs go stale)
   bool cuda_graphs = true;

@@ -82,8 +82,8 @@ __device__ __forceinline__ int64_t slot_row(const PagedKvLayer& kv, int64_t row,
 
 // grid (T, n_kv_heads), threads over head_dim.
 __global__ void kv_append_kernel(PagedKvLayer kv, const float* __restrict__ qkv, int64_t ld, int64_t k_col,
-                                 int64_t v_col, int64_t first_row, const int32_t* __restrict__ step) {
-  if (step) first_row = step[kStepFirstNew];
+                                 int64_t v_col, const int32_t* __restrict__ step) {
+  const int64_t first_row = step[kStepFirstNew];
   const int64_t t = blockIdx.x, h = blockIdx.y;
   const int64_t base = slot_row(kv, first_row + t, h);
   const float* row = qkv + t * ld;
@@ -145,13 +145,9 @@ constexpr int kMaxPerLane = 8;  // head_dim ≤ 256
 // softmax; the four partial states merge at the end. Simple and correct, not fast: the
 // optimized tree/sparse kernels live in tree_attention.cu / sparse_attention.cu.
 __global__ void attention_kernel(const float* __restrict__ q, int64_t ld_q, int64_t T, int64_t n_heads,
-                                 PagedKvLayer kv, int64_t committed, int64_t first_new,
-                                 const uint8_t* __restrict__ mask, float scale, float* __restrict__ out,
-                                 const int32_t* __restrict__ step) {
-  if (step) {
-    committed = step[kStepCommitted];
-    first_new = step[kStepFirstNew];
-  }
+                                 PagedKvLayer kv, const uint8_t* __restrict__ mask, float scale,
+                                 float* __restrict__ out, const int32_t* __restrict__ step) {
+  const int64_t committed = step[kStepCommitted], first_new = step[kStepFirstNew];
   const int64_t h = blockIdx.x, t = blockIdx.y, hd = kv.head_dim;
   const int64_t kvh = h / (n_heads / kv.n_kv_heads);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -263,16 +259,10 @@ void rope_in_place(float* qkv, int64_t ld, int64_t T, int64_t n_heads, int64_t n
                                                             adjacent);
 }
 
-void kv_append(const PagedKvLayer& kv, const float* qkv, int64_t ld, int64_t k_col, int64_t v_col, int64_t T,
-               int64_t first_row, cudaStream_t stream) {
-  kv_append_kernel<<<dim3(static_cast<unsigned>(T), static_cast<unsigned>(kv.n_kv_heads)), 128, 0, stream>>>(
-      kv, qkv, ld, k_col, v_col, first_row, nullptr);
-}
-
 void kv_append_at(const PagedKvLayer& kv, const float* qkv, int64_t ld, int64_t k_col, int64_t v_col, int64_t T,
                   const int32_t* step, cudaStream_t stream) {
   kv_append_kernel<<<dim3(static_cast<unsigned>(T), static_cast<unsigned>(kv.n_kv_heads)), 128, 0, stream>>>(
-      kv, qkv, ld, k_col, v_col, 0, step);
+      kv, qkv, ld, k_col, v_col, step);
 }
 
 void kv_update_min_max(const PagedKvLayer& kv, int64_t block_begin, int64_t block_end, int64_t rows_present,
@@ -296,17 +286,10 @@ void kv_move_rows(const PagedKvLayer& kv, const int32_t* from, const int32_t* to
   kv_move_kernel<<<grid, 128, 0, stream>>>(kv, to, scratch, false);
 }
 
-void attention_simple(const float* q, int64_t ld_q, int64_t T, int64_t n_heads, const PagedKvLayer& kv,
-                      int64_t committed, int64_t first_new, const uint8_t* mask, float scale, float* out,
-                      cudaStream_t stream) {
-  attention_kernel<<<dim3(static_cast<unsigned>(n_heads), static_cast<unsigned>(T)), kAttnWarps * 32, 0, stream>>>(
-      q, ld_q, T, n_heads, kv, committed, first_new, mask, scale, out, nullptr);
-}
-
 void attention_at(const float* q, int64_t ld_q, int64_t T, int64_t n_heads, const PagedKvLayer& kv, const int32_t* step,
                   const uint8_t* mask, float scale, float* out, cudaStream_t stream) {
   attention_kernel<<<dim3(static_cast<unsigned>(n_heads), static_cast<unsigned>(T)), kAttnWarps * 32, 0, stream>>>(
-      q, ld_q, T, n_heads, kv, 0, 0, mask, scale, out, step);
+      q, ld_q, T, n_heads, kv, mask, scale, out, step);
 }
 
 void fill_uniform_bf16(bf16_bits* out, int64_t n, uint64_t seed, float scale, cudaStream_t stream) {

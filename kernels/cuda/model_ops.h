@@ -38,9 +38,16 @@ void swiglu_rows(const float* gu, int64_t T, int64_t ffn, float* out, cudaStream
 // heads, head_dim each, row stride ld). adjacent: pairs (2i, 2i+1), else (i, i + head_dim/2).
 void rope_in_place(float* qkv, int64_t ld, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                    const int32_t* positions, float theta, bool adjacent, cudaStream_t stream);
-// Writes rows first_row..first_row+T-1 of kv from qkv (K at column k_col, V at v_col).
-void kv_append(const PagedKvLayer& kv, const float* qkv, int64_t ld, int64_t k_col, int64_t v_col, int64_t T,
-               int64_t first_row, cudaStream_t stream);
+// Launches that take the step from the device: step[0] = committed rows, step[1] = first_new
+// (int32, device memory), so a captured CUDA graph replays them for every decode step without
+// new launch parameters.
+//
+// Writes rows first_new..first_new+T-1 of kv from qkv (K at column k_col, V at v_col).
+void kv_append_at(const PagedKvLayer& kv, const float* qkv, int64_t ld, int64_t k_col, int64_t v_col, int64_t T,
+                  const int32_t* step, cudaStream_t stream);
+// Recomputes key_min/key_max of the blocks that rows [first_new, first_new + T) fall in, over the
+// rows present (first_new + T).
+void kv_update_min_max_at(const PagedKvLayer& kv, int64_t T, const int32_t* step, cudaStream_t stream);
 // Recomputes key_min/key_max of logical blocks [block_begin, block_end) over rows < rows_present.
 void kv_update_min_max(const PagedKvLayer& kv, int64_t block_begin, int64_t block_end, int64_t rows_present,
                        cudaStream_t stream);
@@ -53,18 +60,9 @@ void kv_move_rows(const PagedKvLayer& kv, const int32_t* from, const int32_t* to
 // q: row t at q + t·ld_q, heads of head_dim. Token t sees KV rows [0, committed) and new rows
 // first_new + j for j allowed by mask (T×T uint8, row-major; nullptr = causal j ≤ t).
 // out: (T, n_heads·head_dim) f32. head_dim ≤ 256 and even.
-void attention_simple(const float* q, int64_t ld_q, int64_t T, int64_t n_heads, const PagedKvLayer& kv,
-                      int64_t committed, int64_t first_new, const uint8_t* mask, float scale, float* out,
-                      cudaStream_t stream);
-
-// The same three launches with committed and first_new read on the device from
-// step[0] = committed, step[1] = first_new (int32), so a captured CUDA graph replays them for
-// every decode step without new launch parameters.
-void kv_append_at(const PagedKvLayer& kv, const float* qkv, int64_t ld, int64_t k_col, int64_t v_col, int64_t T,
-                  const int32_t* step, cudaStream_t stream);
-void kv_update_min_max_at(const PagedKvLayer& kv, int64_t T, const int32_t* step, cudaStream_t stream);
 void attention_at(const float* q, int64_t ld_q, int64_t T, int64_t n_heads, const PagedKvLayer& kv, const int32_t* step,
                   const uint8_t* mask, float scale, float* out, cudaStream_t stream);
+
 // Deterministic pseudo-random fill (hash of seed and index): uniform in [-scale, scale).
 void fill_uniform_bf16(bf16_bits* out, int64_t n, uint64_t seed, float scale, cudaStream_t stream);
 void fill_f32(float* out, int64_t n, float value, cudaStream_t stream);

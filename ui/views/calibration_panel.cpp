@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ui/views/run_panel.h"
+#include "ui/views/progress_bar.h"
 
 namespace specula::ui {
 namespace {
@@ -118,16 +119,7 @@ CalibrationPanel::CalibrationPanel(RunPanel* run_panel, QWidget* parent) : QWidg
   worker_->moveToThread(&thread_);
   connect(&thread_, &QThread::finished, worker_, &QObject::deleteLater);
   connect(worker_, &CalibrationWorker::stage, status_, &QLabel::setText);
-  connect(worker_, &CalibrationWorker::loadProgress, this, [this](int permille) {
-    bar_->setFormat(tr("Loading the model %p%"));
-    bar_->setRange(0, 1000);
-    bar_->setValue(permille);
-  });
-  connect(worker_, &CalibrationWorker::progress, this, [this](int done, int total) {
-    bar_->setFormat(tr("%v / %m prompts"));
-    bar_->setRange(0, total);
-    bar_->setValue(done);
-  });
+  connect_progress_bar(bar_, worker_, tr("%v / %m prompts"));
   connect(worker_, &CalibrationWorker::finished, this,
           [this](const QString& path, const QList<int>& anchors, int n_layers) {
             calibration_file_ = path;

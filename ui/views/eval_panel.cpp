@@ -14,6 +14,7 @@
 #include <QVBoxLayout>
 
 #include "ui/views/run_panel.h"
+#include "ui/views/progress_bar.h"
 
 namespace specula::ui {
 namespace {
@@ -92,16 +93,7 @@ EvalPanel::EvalPanel(const RunPanel* run_panel, QWidget* parent) : QWidget(paren
   worker_->moveToThread(&thread_);
   connect(&thread_, &QThread::finished, worker_, &QObject::deleteLater);
   connect(worker_, &EvalWorker::stage, status_, &QLabel::setText);
-  connect(worker_, &EvalWorker::loadProgress, this, [this](int permille) {
-    bar_->setFormat(tr("Loading the model %p%"));
-    bar_->setRange(0, 1000);
-    bar_->setValue(permille);
-  });
-  connect(worker_, &EvalWorker::progress, this, [this](int done, int total) {
-    bar_->setFormat(tr("%v / %m runs"));
-    bar_->setRange(0, total);
-    bar_->setValue(done);
-  });
+  connect_progress_bar(bar_, worker_, tr("%v / %m runs"));
   connect(worker_, &EvalWorker::finished, this, &EvalPanel::onFinished);
   connect(worker_, &EvalWorker::cancelled, this, [this] { onStopped(tr("Cancelled.")); });
   connect(worker_, &EvalWorker::failed, this, [this](const QString& message) { onStopped(tr("Failed: %1").arg(message)); });

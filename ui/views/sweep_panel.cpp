@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "ui/views/run_panel.h"
+#include "ui/views/progress_bar.h"
 
 namespace specula::ui {
 namespace {
@@ -144,16 +145,7 @@ SweepPanel::SweepPanel(RunPanel* run_panel, QWidget* parent) : QWidget(parent), 
   worker_->moveToThread(&thread_);
   connect(&thread_, &QThread::finished, worker_, &QObject::deleteLater);
   connect(worker_, &SweepWorker::stage, status_, &QLabel::setText);
-  connect(worker_, &SweepWorker::loadProgress, this, [this](int permille) {
-    bar_->setFormat(tr("Loading the model %p%"));
-    bar_->setRange(0, 1000);
-    bar_->setValue(permille);
-  });
-  connect(worker_, &SweepWorker::progress, this, [this](int done, int total) {
-    bar_->setFormat(tr("%v / %m runs"));
-    bar_->setRange(0, total);
-    bar_->setValue(done);
-  });
+  connect_progress_bar(bar_, worker_, tr("%v / %m runs"));
   connect(worker_, &SweepWorker::rowReady, this, &SweepPanel::addRow);
   connect(worker_, &SweepWorker::finished, this, [this](int runs) {
     setRunning(false);

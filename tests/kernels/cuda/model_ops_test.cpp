@@ -144,8 +144,11 @@ TEST_F(ModelOpsTest, PagedAppendMinMaxAndMaskedAttentionMatchCpu) {
   const int64_t rows = committed + T;
   auto all = random(rows * ld, 1.5f);
   float* dall = upload(all);
-  kv_append(kv, dall, ld, qd, qd + kvd, committed, 0, nullptr);
-  kv_append(kv, dall + committed * ld, ld, qd, qd + kvd, T, committed, nullptr);
+  // Steps {committed, first_new}: the committed rows as one append, then the new rows.
+  const std::vector<int32_t> steps = {0, 0, int32_t(committed), int32_t(committed)};
+  int32_t* dsteps = upload(steps);
+  kv_append_at(kv, dall, ld, qd, qd + kvd, committed, dsteps, nullptr);
+  kv_append_at(kv, dall + committed * ld, ld, qd, qd + kvd, T, dsteps + 2, nullptr);
   kv_update_min_max(kv, 0, (rows + B - 1) / B, rows, nullptr);
   std::vector<uint8_t> mask(T * T);
   std::bernoulli_distribution coin(0.5);
@@ -157,7 +160,7 @@ TEST_F(ModelOpsTest, PagedAppendMinMaxAndMaskedAttentionMatchCpu) {
   const float scale = 1.0f / std::sqrt(float(hd));
   const float* q = dall + committed * ld;
   for (bool use_mask : {true, false}) {
-    attention_simple(q, ld, T, heads, kv, committed, committed, use_mask ? dmask : nullptr, scale, dout, nullptr);
+    attention_at(q, ld, T, heads, kv, dsteps + 2, use_mask ? dmask : nullptr, scale, dout, nullptr);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     auto out = download(dout, T * qd);
     double num = 0, den = 0;
@@ -214,6 +217,7 @@ TEST_F(ModelOpsTest, PagedAppendMinMaxAndMaskedAttentionMatchCpu) {
   cudaFree(const_cast<int32_t*>(kv.block_table));
   cudaFree(dall);
   cudaFree(dmask);
+  cudaFree(dsteps);
   cudaFree(dout);
 }
 
