@@ -179,17 +179,7 @@ nlohmann::json to_json(const EvalReport& report, bool per_item) {
 }
 
 std::vector<int32_t> encode_item_prompt(const Tokenizer& tokenizer, const EvalItem& item) {
-  std::vector<int32_t> prompt;
-  if (tokenizer.add_bos() && tokenizer.bos_id() >= 0) prompt.push_back(tokenizer.bos_id());
-  std::string text = item.prompt;
-  if (item.chat) {
-    const ChatMessage user{"user", item.prompt};
-    text = tokenizer.apply_chat_template(std::span(&user, 1), /*add_generation_prompt=*/true);
-  }
-  // Only the template's own markers are special; the long-context texts are plain text.
-  const auto encoded = tokenizer.encode(text, /*parse_special=*/item.chat);
-  prompt.insert(prompt.end(), encoded.begin(), encoded.end());
-  return prompt;
+  return tokenizer.encode_prompt(item.prompt, item.chat);
 }
 
 namespace {

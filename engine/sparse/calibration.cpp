@@ -82,12 +82,7 @@ Expected<Calibration> run_calibration(const Model& model, const std::string& mod
     if (keep_going && !keep_going()) {
       return make_error("calibration cancelled after " + std::to_string(i) + " of " + std::to_string(total) + " prompts");
     }
-    const ChatMessage user{"user", prompts[static_cast<size_t>(i)]};
-    const std::string text = model.tokenizer.apply_chat_template(std::span(&user, 1), true);
-    std::vector<int32_t> prompt;
-    if (model.tokenizer.add_bos() && model.tokenizer.bos_id() >= 0) prompt.push_back(model.tokenizer.bos_id());
-    const auto ids = model.tokenizer.encode(text, true);
-    prompt.insert(prompt.end(), ids.begin(), ids.end());
+    const auto prompt = model.tokenizer.encode_prompt(prompts[static_cast<size_t>(i)], /*chat=*/true);
     auto run = engine.generate(prompt, drafter.get(), run_options, on_token);
     if (!run) return make_error("calibration prompt " + std::to_string(i + 1) + ": " + run.error().message);
     // A stopped prompt measured fewer rounds than asked: the whole result would be off.

@@ -115,4 +115,18 @@ std::string Tokenizer::apply_chat_template(std::span<const ChatMessage> messages
   return out;
 }
 
+std::vector<int32_t> Tokenizer::encode_prompt(const std::string& text, bool chat) const {
+  std::vector<int32_t> prompt;
+  if (add_bos() && bos_id() >= 0) prompt.push_back(bos_id());
+  std::vector<int32_t> ids;
+  if (chat) {
+    const ChatMessage user{"user", text};
+    ids = encode(apply_chat_template(std::span(&user, 1), /*add_generation_prompt=*/true), /*parse_special=*/true);
+  } else {
+    ids = encode(text, /*parse_special=*/false);
+  }
+  prompt.insert(prompt.end(), ids.begin(), ids.end());
+  return prompt;
+}
+
 }  // namespace specula

@@ -94,16 +94,7 @@ void GenerationWorker::run(const RunRequest& request) {
     return;
   }
   if (!ensure_model(request.model_spec)) return;
-  const Tokenizer& tok = model_->tokenizer;
-  std::string text = request.prompt.toStdString();
-  if (request.chat) {
-    const ChatMessage user{"user", text};
-    text = tok.apply_chat_template(std::span(&user, 1), true);
-  }
-  std::vector<int32_t> prompt;
-  if (tok.add_bos() && tok.bos_id() >= 0) prompt.push_back(tok.bos_id());
-  const auto ids = tok.encode(text, request.chat);
-  prompt.insert(prompt.end(), ids.begin(), ids.end());
+  const std::vector<int32_t> prompt = model_->tokenizer.encode_prompt(request.prompt.toStdString(), request.chat);
   if (prompt.empty()) {
     emit failed(tr("The prompt is empty."));
     return;

@@ -90,16 +90,7 @@ void SweepWorker::run(const SweepRequest& request) {
     p.sparse = std::move(*sparse);
   }
 
-  const Tokenizer& tok = model_->tokenizer;
-  std::string text = request.prompt.toStdString();
-  if (request.chat) {
-    const ChatMessage user{"user", text};
-    text = tok.apply_chat_template(std::span(&user, 1), true);
-  }
-  std::vector<int32_t> prompt;
-  if (tok.add_bos() && tok.bos_id() >= 0) prompt.push_back(tok.bos_id());
-  const auto ids = tok.encode(text, request.chat);
-  prompt.insert(prompt.end(), ids.begin(), ids.end());
+  const std::vector<int32_t> prompt = model_->tokenizer.encode_prompt(request.prompt.toStdString(), request.chat);
 
   const int total = static_cast<int>(prepared.size());
   const QString stamp = QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss-zzz"));
