@@ -52,8 +52,8 @@ class Tokenizer {
                                   bool add_generation_prompt) const;
   std::string summary() const;     // one paragraph for `specula-cli inspect`
   // The ids of a user prompt as a run feeds them: BOS when the model wants it, then `text`, in
-  // the chat template as one user turn when `chat` (only the template's markers are parsed as
-  // special tokens; raw text is plain text).
+  // the chat template as one user turn when `chat` (the templated text is parsed for special
+  // tokens, the template's markers and any in `text`; without `chat`, `text` is plain text).
   std::vector<int32_t> encode_prompt(const std::string& text, bool chat) const;
 
  private:
