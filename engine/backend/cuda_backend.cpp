@@ -23,7 +23,8 @@
 namespace specula {
 
 bool cuda_backend_supports(const ModelConfig& c) {
-  return !c.is_moe() && c.qk_norm == QkNorm::None && !c.qkv_bias && !c.output_bias && c.clip_qkv == 0.0f;
+  return !c.is_moe() && c.qk_norm == QkNorm::None && !c.qkv_bias && !c.output_bias && c.clip_qkv == 0.0f &&
+         c.head_dim % 8 == 0 && c.head_dim <= 256;  // kernels/cuda/model_ops.h: attention_at
 }
 
 Expected<ModelConfig> synthetic_config(const std::string& name) {
@@ -162,7 +163,8 @@ struct CudaBackend::Impl {
   int64_t scratch_T = 0;
   DeviceBuffer<float> x, qkv, gu, logits;
   DeviceBuffer<float> xn, att;     // projection inputs, f32 (kernels/cuda/skinny_gemm.h)
-  DeviceBuffer<bf16_bits> x_bf16;  // a projection input rounded for cuBLAS (prefill)
+  DeviceBuffer<bf16_bits> x_bf16;  // a projection input split for cuBLAS (prefill): hi (T, K) then lo (T, K)
+  DeviceBuffer<float> y_split;     // (2T, N): the hi and lo products of one stacked GEMM
   DeviceBuffer<int32_t> ids;    // tokens (T), positions (T), step {committed, first_new}
   DeviceBuffer<uint8_t> mask;   // (T, T)
   int64_t scratch_generation = 0;  // bumped when the scratch moves (captured graphs go stale)
@@ -327,7 +329,9 @@ struct CudaBackend::Impl {
     if (auto ok = logits.allocate(T * cfg.vocab_size, "logits"); !ok) return ok;
     if (auto ok = xn.allocate(T * wide, "xn"); !ok) return ok;
     if (auto ok = att.allocate(T * q_dim(), "attention out"); !ok) return ok;
-    if (auto ok = x_bf16.allocate(T * std::max(wide, q_dim()), "bf16 projection input"); !ok) return ok;
+    if (auto ok = x_bf16.allocate(2 * T * std::max(wide, q_dim()), "bf16 projection input"); !ok) return ok;
+    const int64_t widest_out = std::max({qkv_dim(), 2 * cfg.ffn_dim, cfg.dim, cfg.vocab_size});
+    if (auto ok = y_split.allocate(2 * std::min(T, kStackedRows) * widest_out, "split GEMM output"); !ok) return ok;
     if (auto ok = ids.allocate(2 * T + 2, "token ids"); !ok) return ok;
     if (auto ok = mask.allocate(T * T, "mask"); !ok) return ok;
     if (host_ids) cudaFreeHost(host_ids);
@@ -341,23 +345,68 @@ struct CudaBackend::Impl {
     return {};
   }
 
-  // Y(T, N) (+)= X(T, K) · W(N, K)ᵀ; W bf16, X f32 (row stride K), f32 compute and out. Where it
-  // is faster (decode: kernels/cuda/skinny_gemm.h) our skinny kernel multiplies X in f32; else
-  // cuBLAS multiplies X rounded to bf16. In cuBLAS's column-major view W is (K, N) with ld K, so
-  // Yᵀ = op_T(W) · Xᵀ.
+  // Y(T, N) (+)= X(T, K) · W(N, K)ᵀ; W bf16, X f32 (row stride K), f32 compute and out.
+  //  - one row (decode): our skinny kernel, X in f32;
+  //  - up to 16 rows of a small matrix (SmolLM2-sized, a tree verify): our tensor-core kernel;
+  //  - else cuBLAS.
+  // The last two split X into bf16 hi + lo halves (kernels/cuda/skinny_gemm.h): rounding X to
+  // bf16 alone cost up to 3e-2 relative L2 in SmolLM2's logits, the halves keep products within
+  // ~1e-5 of f32 X. Up to kStackedRows rows, cuBLAS takes both halves as 2T columns of one GEMM
+  // (the weights are read once, what a verify step is bound by) and add_split_halves sums them;
+  // above, two GEMMs (a long prefill is compute-bound either way).
+  static constexpr int64_t kStackedRows = 64;
   Status gemm(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t T, float* Y, int64_t ldy,
               bool accumulate) {
-    if (cuda::skinny_gemm_pays(N, K, T) && cuda::skinny_gemm(W, N, K, X, K, T, Y, ldy, accumulate, stream)) return {};
-    cuda::f32_to_bf16(X, T * K, x_bf16.get(), stream);
-    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    const cublasStatus_t s =
-        cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(T), static_cast<int>(K),
-                     &alpha, W, CUDA_R_16BF, static_cast<int>(K), x_bf16.get(), CUDA_R_16BF, static_cast<int>(K), &beta,
-                     Y, CUDA_R_32F, static_cast<int>(ldy), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    if (s != CUBLAS_STATUS_SUCCESS) {
-      return make_error("CUDA backend: cublasGemmEx (" + std::to_string(N) + "x" + std::to_string(K) + " by " +
-                        std::to_string(T) + " tokens) failed: " + cublasGetStatusString(s));
+    if (T == 1 && cuda::skinny_gemm(W, N, K, X, K, T, Y, ldy, accumulate, stream)) return {};
+    if (T <= cuda::kSkinnyTcMaxRows && N * K <= (int64_t{4} << 20) &&
+        cuda::skinny_gemm_tc(W, N, K, X, K, T, Y, ldy, accumulate, stream)) {
+      return {};
     }
+    bf16_bits* hi = x_bf16.get();
+    bf16_bits* lo = x_bf16.get() + T * K;
+    cuda::f32_to_bf16_split(X, T * K, hi, lo, stream);
+    const float one = 1.0f, zero = 0.0f;
+    auto cublas_gemm = [&](const bf16_bits* x, int64_t cols, float* y, int64_t ld, const float* beta) -> Status {
+      const cublasStatus_t st =
+          cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(cols),
+                       static_cast<int>(K), &one, W, CUDA_R_16BF, static_cast<int>(K), x, CUDA_R_16BF,
+                       static_cast<int>(K), beta, y, CUDA_R_32F, static_cast<int>(ld), CUBLAS_COMPUTE_32F,
+                       CUBLAS_GEMM_DEFAULT);
+      if (st == CUBLAS_STATUS_SUCCESS) return {};
+      return make_error("CUDA backend: cublasGemmEx (" + std::to_string(N) + "x" + std::to_string(K) + " by " +
+                        std::to_string(cols) + " columns) failed: " + cublasGetStatusString(st));
+    };
+    if (T <= kStackedRows) {
+      if (auto ok = cublas_gemm(hi, 2 * T, y_split.get(), N, &zero); !ok) return ok;  // hi and lo are adjacent
+      cuda::add_split_halves(y_split.get(), T, N, Y, ldy, accumulate, stream);
+      return {};
+    }
+    if (auto ok = cublas_gemm(hi, T, Y, ldy, accumulate ? &one : &zero); !ok) return ok;
+    return cublas_gemm(lo, T, Y, ldy, &one);
+  }
+
+  // Y(T, N) = rmsnorm(X; gamma) · Wᵀ. One kernel for a decode step (the norm fused into the
+  // skinny GEMM), else RMSNorm into xn and gemm(). X rows have stride K.
+  Status gemm_norm(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t T, const float* gamma, float* Y,
+                   int64_t ldy) {
+    if (T == 1 && cuda::skinny_gemm_norm(W, N, K, X, K, T, gamma, cfg.rms_eps, Y, ldy, stream)) {
+      return {};
+    }
+    cuda::rmsnorm_rows(X, K, gamma, T, K, cfg.rms_eps, xn.get(), stream);
+    return gemm(W, N, K, xn.get(), T, Y, ldy, false);
+  }
+
+  // xn(T, ffn) = SwiGLU of rmsnorm(X; gamma) · gate_upᵀ: one kernel for a decode step, else
+  // RMSNorm, the GEMM into gu and SwiGLU.
+  Status gate_up_swiglu(const GpuLayer& L, const float* X, int64_t T) {
+    const int64_t dim = cfg.dim, ffn = cfg.ffn_dim;
+    if (T == 1 && cuda::skinny_gemm_norm_swiglu(L.gate_up.get(), ffn, dim, X, dim, T, L.ffn_norm.get(), cfg.rms_eps,
+                                                xn.get(), ffn, stream)) {
+      return {};
+    }
+    cuda::rmsnorm_rows(X, dim, L.ffn_norm.get(), T, dim, cfg.rms_eps, xn.get(), stream);
+    if (auto ok = gemm(L.gate_up.get(), 2 * ffn, dim, xn.get(), T, gu.get(), 2 * ffn, false); !ok) return ok;
+    cuda::swiglu_rows(gu.get(), T, ffn, xn.get(), stream);
     return {};
   }
 };
@@ -528,22 +577,25 @@ class CudaSession final : public BackendSession {
     for (int64_t l = 0; l < c.n_layers; ++l) {
       const GpuLayer& L = b.layers[static_cast<size_t>(l)];
       const cuda::PagedKvLayer& kv = layers_[static_cast<size_t>(l)];
-      cuda::rmsnorm_rows(b.x.get(), dim, L.attn_norm.get(), T, dim, c.rms_eps, b.xn.get(), s);
-      if (auto ok = b.gemm(L.qkv.get(), ld, dim, b.xn.get(), T, b.qkv.get(), ld, false); !ok) return ok;
-      cuda::rope_in_place(b.qkv.get(), ld, T, c.n_heads, c.n_kv_heads, c.head_dim, pos_dev, c.rope_theta, adjacent, s);
-      cuda::kv_append_at(kv, b.qkv.get(), ld, qd, qd + kvd, T, step_dev, s);
-      cuda::kv_update_min_max_at(kv, T, step_dev, s);
+      // Six launches a layer at decode: norm+QKV, RoPE+append, attention, Wo (+residual),
+      // norm+gate_up+SwiGLU, down (+residual); larger batches split the fused ones.
+      if (auto ok = b.gemm_norm(L.qkv.get(), ld, dim, b.x.get(), T, L.attn_norm.get(), b.qkv.get(), ld); !ok) return ok;
+      if (T == 1) {
+        cuda::rope_append_decode_at(b.qkv.get(), c.n_heads, c.n_kv_heads, c.head_dim, pos_dev, c.rope_theta, adjacent,
+                                    kv, qd + kvd, step_dev, s);
+      } else {
+        cuda::rope_in_place(b.qkv.get(), ld, T, c.n_heads, c.n_kv_heads, c.head_dim, pos_dev, c.rope_theta, adjacent, s);
+        cuda::kv_append_at(kv, b.qkv.get(), ld, qd, qd + kvd, T, step_dev, s);
+        cuda::kv_update_min_max_at(kv, T, step_dev, s);
+      }
       cuda::attention_at(b.qkv.get(), ld, T, c.n_heads, kv, step_dev, mask_dev, scale, b.att.get(), s);
       if (auto ok = b.gemm(L.wo.get(), dim, qd, b.att.get(), T, b.x.get(), dim, true); !ok) return ok;
-      cuda::rmsnorm_rows(b.x.get(), dim, L.ffn_norm.get(), T, dim, c.rms_eps, b.xn.get(), s);
-      if (auto ok = b.gemm(L.gate_up.get(), 2 * ffn, dim, b.xn.get(), T, b.gu.get(), 2 * ffn, false); !ok) return ok;
-      cuda::swiglu_rows(b.gu.get(), T, ffn, b.xn.get(), s);
+      if (auto ok = b.gate_up_swiglu(L, b.x.get(), T); !ok) return ok;
       if (auto ok = b.gemm(L.down.get(), dim, ffn, b.xn.get(), T, b.x.get(), dim, true); !ok) return ok;
     }
     const int64_t first_out = rows == LogitRows::All ? 0 : T - 1;
     const int64_t n_out = T - first_out;
-    cuda::rmsnorm_rows(b.x.get() + first_out * dim, dim, b.output_norm.get(), n_out, dim, c.rms_eps, b.xn.get(), s);
-    return b.gemm(b.output, V, dim, b.xn.get(), n_out, b.logits.get(), V, false);
+    return b.gemm_norm(b.output, V, dim, b.x.get() + first_out * dim, n_out, b.output_norm.get(), b.logits.get(), V);
   }
 
   // A decode step as one graph launch. Captured on the first step (and again after the shared

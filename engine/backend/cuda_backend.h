@@ -20,7 +20,8 @@ struct CudaBackendOptions {
 
 // True when built with CUDA and at least one GPU is visible (never prints).
 bool cuda_gpu_available();
-// The CUDA backend runs the llama family only: no MoE layers, q/k norms, attention biases or clipping.
+// The CUDA backend runs the llama family only: no MoE layers, q/k norms, attention biases or
+// clipping; head_dim a multiple of 8, at most 256.
 bool cuda_backend_supports(const ModelConfig& config);
 
 class CudaBackend : public TransformerBackend {

@@ -74,7 +74,11 @@ struct CpuTransformer::Impl {
 
   Impl(const Model& m, const CpuTransformerOptions& options)
       : model(&m), cfg(m.config), precision(options.precision), pool(options.threads) {
-    const bool exact = precision == Precision::Exact;
+    const bool bf16 = precision == Precision::Bf16Storage;
+    const bool exact = precision == Precision::Exact || bf16;
+    auto round = [&](PackedMatrix& m) {
+      if (bf16) round_to_bf16(std::span<float>(m.f32.data(), m.f32.size()));
+    };
     // int8 activations read quantized weights in 16-row tiles (kernels/cpu/matmul.h, tile_rows).
     const bool tile = precision == Precision::Int8Activations;
     const auto& w = m.weights;
@@ -85,6 +89,7 @@ struct CpuTransformer::Impl {
       for (int64_t l = begin; l < end; ++l) {
         if (l == cfg.n_layers) {
           output = pack_fused({&w.output}, exact);
+          round(output);
           if (tile) tile_rows(output);
           output_norm = to_f32(w.output_norm);
           continue;
@@ -102,6 +107,7 @@ struct CpuTransformer::Impl {
           dst.gate_up = pack_fused({&src.w_gate, &src.w_up}, exact);
           dst.down = pack_fused({&src.w_down}, exact);
         }
+        for (PackedMatrix* matrix : {&dst.qkv, &dst.wo, &dst.gate_up, &dst.down}) round(*matrix);
         if (tile) {
           for (PackedMatrix* matrix : {&dst.qkv, &dst.wo, &dst.gate_up, &dst.down}) tile_rows(*matrix);
         }
@@ -381,6 +387,7 @@ struct CpuTransformer::Impl {
     const int64_t embd_row = row_bytes(embd);
     for (int64_t t = 0; t < T; ++t) {
       (void)dequantize_row(embd.type, embd.data.data() + tokens[t] * embd_row, x.data() + t * dim, dim);
+      if (precision == Precision::Bf16Storage) round_to_bf16(std::span<float>(x.data() + t * dim, dim));
       rope_table(positions[t], hd, cfg.rope_theta, rope.data() + t * hd);
     }
     const RopePairing pairing =
@@ -406,7 +413,8 @@ struct CpuTransformer::Impl {
         }
       });
       for (int64_t t = 0; t < T; ++t) {
-        const float* row = qkv.data() + t * qkv_ld;
+        float* row = qkv.data() + t * qkv_ld;
+        if (precision == Precision::Bf16Storage) round_to_bf16(std::span<float>(row + qd, 2 * kvd));
         kv.write(l, first_new + t, row + qd, row + qd + kvd);
       }
       if (selection) {

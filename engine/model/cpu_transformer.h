@@ -53,6 +53,11 @@ enum class Precision {
   Int8Activations,
   // Every weight dequantized to f32 at construction (4-8x the memory): the reference.
   Exact,
+  // Exact, then every weight, embedding row and K/V entry rounded to bf16, as the CUDA backend
+  // stores them; the math stays f32. The reference the CUDA backend is checked against: the
+  // same numbers in storage, so what remains is the kernels' error (bf16 weights are a slightly
+  // different model than the quantized file, up to ~3e-2 relative L2 in SmolLM2's logits).
+  Bf16Storage,
 };
 
 enum class LogitRows {

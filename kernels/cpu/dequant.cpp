@@ -1,6 +1,7 @@
 #include "kernels/cpu/dequant.h"
 
 #include <bit>
+#include <cmath>
 #include <cstring>
 
 namespace specula {
@@ -190,6 +191,17 @@ float fp16_to_f32(uint16_t bits) {
 }
 
 float bf16_to_f32(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
+
+float round_to_bf16(float f) {
+  if (std::isnan(f)) return f;
+  const auto u = std::bit_cast<uint32_t>(f);
+  const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+  return std::bit_cast<float>(rounded);
+}
+
+void round_to_bf16(std::span<float> values) {
+  for (float& v : values) v = round_to_bf16(v);
+}
 
 DequantResult dequantize_row(TensorType type, const std::byte* src, float* dst, int64_t n) {
   auto traits = tensor_type_traits(type);

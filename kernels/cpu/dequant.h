@@ -14,6 +14,10 @@ namespace specula {
 // IEEE half / bfloat16 bit patterns to f32 (exact).
 float fp16_to_f32(uint16_t bits);
 float bf16_to_f32(uint16_t bits);
+// f32 rounded to the nearest bfloat16 (ties to even), returned as f32: the value a bf16 store
+// keeps. NaN stays NaN.
+float round_to_bf16(float f);
+void round_to_bf16(std::span<float> values);
 
 inline constexpr int kQK = 32;    // elements per block of the Q4_0..Q8_0 family
 inline constexpr int kQK_K = 256; // elements per super-block of the K-quants

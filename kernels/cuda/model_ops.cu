@@ -121,6 +121,49 @@ __global__ void kv_min_max_kernel(PagedKvLayer kv, int64_t block_begin, int64_t 
   }
 }
 
+// One decode token (T = 1): RoPE of every Q and K head, the K/V append and the key min/max of
+// the touched block, in one launch. grid (n_heads + n_kv_heads), threads over the head_dim/2
+// rotation pairs. The block's min/max covers exactly rows [block start, first_new) when a
+// forward starts (the *_at launches and the commit's recompute keep it so), so the new row
+// updates it incrementally; exact, since min and max of bf16 values round nothing.
+__global__ void rope_append_decode_kernel(float* __restrict__ qkv, int64_t n_heads, int64_t head_dim,
+                                          const int32_t* __restrict__ positions, float theta, bool adjacent,
+                                          PagedKvLayer kv, int64_t v_col,
+                                          const int32_t* __restrict__ step) {
+  const int64_t h = blockIdx.x, half = head_dim / 2, i = threadIdx.x;
+  if (i >= half) return;
+  float* v = qkv + h * head_dim;
+  const float pos = static_cast<float>(positions[0]);
+  const float inv_freq = 1.0f / powf(theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
+  const float angle = pos * inv_freq;
+  const float c = static_cast<float>(cos(static_cast<double>(angle)));
+  const float s = static_cast<float>(sin(static_cast<double>(angle)));
+  const int64_t a = adjacent ? 2 * i : i, b = adjacent ? 2 * i + 1 : i + half;
+  const float x0 = v[a], x1 = v[b];
+  const float r0 = x0 * c - x1 * s, r1 = x1 * c + x0 * s;
+  if (h < n_heads) {  // a query head: rotated in place for the attention
+    v[a] = r0;
+    v[b] = r1;
+    return;
+  }
+  const int64_t kh = h - n_heads;  // a key head: into the cache, with its value
+  const int64_t row = step[kStepFirstNew];
+  const int64_t base = slot_row(kv, row, kh);
+  const bf16_bits k0 = to_bf(r0), k1 = to_bf(r1);
+  kv.keys[base + a] = k0;
+  kv.keys[base + b] = k1;
+  const float* vrow = qkv + v_col + kh * head_dim;
+  kv.values[base + a] = to_bf(vrow[a]);
+  kv.values[base + b] = to_bf(vrow[b]);
+  const int64_t meta = (static_cast<int64_t>(kv.block_table[row / kv.block_size]) * kv.n_kv_heads + kh) * head_dim;
+  const bool first_in_block = row % kv.block_size == 0;
+  const float f0 = bf(k0), f1 = bf(k1);
+  kv.key_min[meta + a] = first_in_block ? f0 : fminf(kv.key_min[meta + a], f0);
+  kv.key_max[meta + a] = first_in_block ? f0 : fmaxf(kv.key_max[meta + a], f0);
+  kv.key_min[meta + b] = first_in_block ? f1 : fminf(kv.key_min[meta + b], f1);
+  kv.key_max[meta + b] = first_in_block ? f1 : fmaxf(kv.key_max[meta + b], f1);
+}
+
 // grid (n, n_kv_heads); gather (to_scratch) or scatter.
 __global__ void kv_move_kernel(PagedKvLayer kv, const int32_t* __restrict__ rows, bf16_bits* __restrict__ scratch,
                                bool to_scratch) {
@@ -138,62 +181,104 @@ __global__ void kv_move_kernel(PagedKvLayer kv, const int32_t* __restrict__ rows
   }
 }
 
-constexpr int kAttnWarps = 4;
+constexpr int kAttnWarps = 8;
 constexpr int kMaxPerLane = 8;  // head_dim ≤ 256
 
-// grid (n_heads, T), 128 threads. Each warp walks every 4th visible row with its own online
-// softmax; the four partial states merge at the end. Simple and correct, not fast: the
-// optimized tree/sparse kernels live in tree_attention.cu / sparse_attention.cu.
-__global__ void attention_kernel(const float* __restrict__ q, int64_t ld_q, int64_t T, int64_t n_heads,
-                                 PagedKvLayer kv, const uint8_t* __restrict__ mask, float scale,
-                                 float* __restrict__ out, const int32_t* __restrict__ step) {
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// grid (n_heads, T), kAttnWarps warps. Each warp takes 32 visible rows at a time, one per lane:
+// the lane computes its row's score against q (staged in shared memory), the warp does one
+// online-softmax update for the 32, then accumulates their values with lanes over head_dim.
+// A row-at-a-time warp (the first version) spent ~20 µs on SmolLM2's short contexts waiting on
+// the reduction and exp of every row (bench_cuda_decode's CUPTI breakdown). The warps' partial
+// states merge at the end. head_dim a multiple of 8, ≤ 256.
+template <int kPerLane>  // head_dim ≤ 32 · kPerLane
+__global__ void __launch_bounds__(kAttnWarps * 32) attention_kernel(const float* __restrict__ q, int64_t ld_q, int64_t T,
+                                                                    int64_t n_heads, PagedKvLayer kv,
+                                                                    const uint8_t* __restrict__ mask, float scale,
+                                                                    float* __restrict__ out,
+                                                                    const int32_t* __restrict__ step) {
   const int64_t committed = step[kStepCommitted], first_new = step[kStepFirstNew];
   const int64_t h = blockIdx.x, t = blockIdx.y, hd = kv.head_dim;
   const int64_t kvh = h / (n_heads / kv.n_kv_heads);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  float qr[kMaxPerLane], acc[kMaxPerLane];
+  __shared__ float qs[kPerLane * 32];
+  for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = q[t * ld_q + h * hd + d] * scale;
+  __syncthreads();
+  float acc[kPerLane];
 #pragma unroll
-  for (int i = 0; i < kMaxPerLane; ++i) {
-    const int64_t d = i * 32 + lane;
-    qr[i] = d < hd ? q[t * ld_q + h * hd + d] * scale : 0.0f;
-    acc[i] = 0.0f;
-  }
+  for (int i = 0; i < kPerLane; ++i) acc[i] = 0.0f;
   float m = -INFINITY, l = 0.0f;
   const int64_t total = committed + T;
-  for (int64_t idx = warp; idx < total; idx += kAttnWarps) {
-    int64_t row = idx;
-    if (idx >= committed) {
-      const int64_t j = idx - committed;
-      const bool ok = mask ? mask[t * T + j] != 0 : j <= t;
-      if (!ok) continue;
-      row = first_new + j;
+  for (int64_t first = static_cast<int64_t>(warp) * 32; first < total; first += kAttnWarps * 32) {
+    const int64_t idx = first + lane;
+    float s = -INFINITY;
+    long long slot = 0;
+    if (idx < total) {
+      int64_t row = idx;
+      bool visible = true;
+      if (idx >= committed) {
+        const int64_t j = idx - committed;
+        visible = mask ? mask[t * T + j] != 0 : j <= t;
+        row = first_new + j;
+      }
+      if (visible) {
+        slot = slot_row(kv, row, kvh);
+        const uint4* k = reinterpret_cast<const uint4*>(kv.keys + slot);
+        float dot = 0.0f;
+#pragma unroll 4
+        for (int64_t c = 0; c < hd / 8; ++c) {
+          const uint4 w = k[c];
+          const float* qc = qs + c * 8;
+          dot += qc[0] * __uint_as_float(w.x << 16) + qc[1] * __uint_as_float(w.x & 0xffff0000u) +
+                 qc[2] * __uint_as_float(w.y << 16) + qc[3] * __uint_as_float(w.y & 0xffff0000u) +
+                 qc[4] * __uint_as_float(w.z << 16) + qc[5] * __uint_as_float(w.z & 0xffff0000u) +
+                 qc[6] * __uint_as_float(w.w << 16) + qc[7] * __uint_as_float(w.w & 0xffff0000u);
+        }
+        s = dot;
+      }
     }
-    const int64_t base = slot_row(kv, row, kvh);
-    float s = 0.0f;
+    const float chunk_max = warp_max(s);
+    if (chunk_max == -INFINITY) continue;  // nothing visible in these 32 (the same for every lane)
+    const float m_new = fmaxf(m, chunk_max);
+    const float corr = expf(m - m_new);  // 0 while m is still -inf
+    const float p = s == -INFINITY ? 0.0f : expf(s - m_new);
+    l = l * corr + warp_sum(p);
 #pragma unroll
-    for (int i = 0; i < kMaxPerLane; ++i) {
-      const int64_t d = i * 32 + lane;
-      if (d < hd) s += qr[i] * bf(kv.keys[base + d]);
-    }
-    s = warp_sum(s);
-    const float m_new = fmaxf(m, s);
-    const float corr = expf(m - m_new), p = expf(s - m_new);
-    l = l * corr + p;
+    for (int i = 0; i < kPerLane; ++i) acc[i] *= corr;
+    // Values 8 rows at a time: the 8 loads are issued before any of them is used (one row at a
+    // time, each load's latency was paid in turn).
+    for (int r0 = 0; r0 < 32; r0 += 8) {
+      float pr[8], v[8][kPerLane];
 #pragma unroll
-    for (int i = 0; i < kMaxPerLane; ++i) {
-      const int64_t d = i * 32 + lane;
-      if (d < hd) acc[i] = acc[i] * corr + p * bf(kv.values[base + d]);
+      for (int j = 0; j < 8; ++j) {
+        pr[j] = __shfl_sync(0xffffffffu, p, r0 + j);
+        const long long base = __shfl_sync(0xffffffffu, slot, r0 + j);
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) {
+          const int64_t d = i * 32 + lane;
+          v[j][i] = pr[j] != 0.0f && d < hd ? bf(kv.values[base + d]) : 0.0f;  // masked rows read nothing
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) acc[i] += pr[j] * v[j][i];
+      }
     }
     m = m_new;
   }
   __shared__ float sm_m[kAttnWarps], sm_l[kAttnWarps];
-  __shared__ float sm_acc[kAttnWarps][kMaxPerLane * 32];
+  __shared__ float sm_acc[kAttnWarps][kPerLane * 32];
   if (lane == 0) {
     sm_m[warp] = m;
     sm_l[warp] = l;
   }
 #pragma unroll
-  for (int i = 0; i < kMaxPerLane; ++i) sm_acc[warp][i * 32 + lane] = acc[i];
+  for (int i = 0; i < kPerLane; ++i) sm_acc[warp][i * 32 + lane] = acc[i];
   __syncthreads();
   float m_all = -INFINITY;
   for (int w = 0; w < kAttnWarps; ++w) m_all = fmaxf(m_all, sm_m[w]);
@@ -278,6 +363,14 @@ void kv_update_min_max_at(const PagedKvLayer& kv, int64_t T, const int32_t* step
   kv_min_max_kernel<<<dim3(blocks, static_cast<unsigned>(kv.n_kv_heads)), 128, 0, stream>>>(kv, 0, 0, step, T);
 }
 
+void rope_append_decode_at(float* qkv, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, const int32_t* positions,
+                           float theta, bool adjacent, const PagedKvLayer& kv, int64_t v_col, const int32_t* step,
+                           cudaStream_t stream) {
+  const auto threads = static_cast<unsigned>((head_dim / 2 + 31) / 32 * 32);
+  rope_append_decode_kernel<<<static_cast<unsigned>(n_heads + n_kv_heads), threads, 0, stream>>>(
+      qkv, n_heads, head_dim, positions, theta, adjacent, kv, v_col, step);
+}
+
 void kv_move_rows(const PagedKvLayer& kv, const int32_t* from, const int32_t* to, int64_t n, bf16_bits* scratch,
                   cudaStream_t stream) {
   if (n <= 0) return;
@@ -288,8 +381,14 @@ void kv_move_rows(const PagedKvLayer& kv, const int32_t* from, const int32_t* to
 
 void attention_at(const float* q, int64_t ld_q, int64_t T, int64_t n_heads, const PagedKvLayer& kv, const int32_t* step,
                   const uint8_t* mask, float scale, float* out, cudaStream_t stream) {
-  attention_kernel<<<dim3(static_cast<unsigned>(n_heads), static_cast<unsigned>(T)), kAttnWarps * 32, 0, stream>>>(
-      q, ld_q, T, n_heads, kv, mask, scale, out, step);
+  const dim3 grid(static_cast<unsigned>(n_heads), static_cast<unsigned>(T));
+  if (kv.head_dim <= 64) {
+    attention_kernel<2><<<grid, kAttnWarps * 32, 0, stream>>>(q, ld_q, T, n_heads, kv, mask, scale, out, step);
+  } else if (kv.head_dim <= 128) {
+    attention_kernel<4><<<grid, kAttnWarps * 32, 0, stream>>>(q, ld_q, T, n_heads, kv, mask, scale, out, step);
+  } else {
+    attention_kernel<kMaxPerLane><<<grid, kAttnWarps * 32, 0, stream>>>(q, ld_q, T, n_heads, kv, mask, scale, out, step);
+  }
 }
 
 void fill_uniform_bf16(bf16_bits* out, int64_t n, uint64_t seed, float scale, cudaStream_t stream) {

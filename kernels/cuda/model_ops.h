@@ -48,6 +48,12 @@ void kv_append_at(const PagedKvLayer& kv, const float* qkv, int64_t ld, int64_t 
 // Recomputes key_min/key_max of the blocks that rows [first_new, first_new + T) fall in, over the
 // rows present (first_new + T).
 void kv_update_min_max_at(const PagedKvLayer& kv, int64_t T, const int32_t* step, cudaStream_t stream);
+// One decode token: rope_in_place + kv_append_at + kv_update_min_max_at in one launch (row 0 of
+// qkv; its K heads sit right after its Q heads, its V heads at v_col). Same results:
+// the min/max is updated incrementally from the block's rows before first_new.
+void rope_append_decode_at(float* qkv, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, const int32_t* positions,
+                           float theta, bool adjacent, const PagedKvLayer& kv, int64_t v_col, const int32_t* step,
+                           cudaStream_t stream);
 // Recomputes key_min/key_max of logical blocks [block_begin, block_end) over rows < rows_present.
 void kv_update_min_max(const PagedKvLayer& kv, int64_t block_begin, int64_t block_end, int64_t rows_present,
                        cudaStream_t stream);
@@ -59,7 +65,7 @@ void kv_move_rows(const PagedKvLayer& kv, const int32_t* from, const int32_t* to
 // Attention of T new tokens, one (token, query head) per thread block, online softmax in f32.
 // q: row t at q + t·ld_q, heads of head_dim. Token t sees KV rows [0, committed) and new rows
 // first_new + j for j allowed by mask (T×T uint8, row-major; nullptr = causal j ≤ t).
-// out: (T, n_heads·head_dim) f32. head_dim ≤ 256 and even.
+// out: (T, n_heads·head_dim) f32. head_dim a multiple of 8, ≤ 256.
 void attention_at(const float* q, int64_t ld_q, int64_t T, int64_t n_heads, const PagedKvLayer& kv, const int32_t* step,
                   const uint8_t* mask, float scale, float* out, cudaStream_t stream);
 

@@ -2,6 +2,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <mma.h>
 
 namespace specula::cuda {
 namespace {
@@ -17,36 +18,81 @@ __device__ __forceinline__ float warp_sum(float v) {
 __device__ __forceinline__ float lo_bf16(uint32_t w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float hi_bf16(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
 
-// Rows T ≤ TC of X against one weight row per warp. Each lane reads 8 weights (16 bytes) per
-// step, so a warp reads 512 contiguous bytes of its row; X rows come through L1 (every warp of
-// the block reads the same ones).
-template <int TC>
+// What a warp does with X before and after its dot products (the decode step's fusions):
+//   kPlain   y = x · w
+//   kNorm    y = rmsnorm(x) · w, rmsnorm(x)[k] = x[k] · g[k] / sqrt(mean(x²) + eps). Each warp
+//            walks the whole row of X for its dot product anyway, so it also sums x² and
+//            scales its result at the end: the norm costs no kernel and no pass of its own.
+//   kNormSwiGlu  the same input; the warp owns output column n of the FFN and computes two
+//            weight rows, gate n and up n (rows n and n + N of W), then y = silu(gate) · up.
+enum class Fuse { kPlain, kNorm, kNormSwiGlu };
+
+// Rows T ≤ TC of X against one weight row (two for kNormSwiGlu) per warp. Each lane reads 8
+// weights (16 bytes) per step, so a warp reads 512 contiguous bytes of its row; X rows come
+// through L1 (every warp of the block reads the same ones).
+template <int TC, Fuse F>
 __global__ void __launch_bounds__(kWarps * 32) skinny_kernel(const bf16_bits* __restrict__ W, int64_t N, int64_t K,
                                                              const float* __restrict__ X, int64_t ld_x, int T,
-                                                             float* __restrict__ Y, int64_t ldy, bool accumulate) {
+                                                             float* __restrict__ Y, int64_t ldy, bool accumulate,
+                                                             const float* __restrict__ gamma, float eps) {
+  constexpr bool kNormed = F != Fuse::kPlain;
+  constexpr int kRows = F == Fuse::kNormSwiGlu ? 2 : 1;  // weight rows per warp
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
   if (n >= N) return;
-  float acc[TC];
+  float acc[kRows][TC];
+  float sumsq[kNormed ? TC : 1];
 #pragma unroll
-  for (int t = 0; t < TC; ++t) acc[t] = 0.0f;
-  const uint4* wrow = reinterpret_cast<const uint4*>(W + n * K);
+  for (int t = 0; t < TC; ++t) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) acc[r][t] = 0.0f;
+    if constexpr (kNormed) sumsq[t] = 0.0f;
+  }
+  const uint4* wrow[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) wrow[r] = reinterpret_cast<const uint4*>(W + (n + r * N) * K);
   for (int64_t k8 = lane; k8 * 8 < K; k8 += 32) {
-    const uint4 wv = __ldg(wrow + k8);
-    const float w[8] = {lo_bf16(wv.x), hi_bf16(wv.x), lo_bf16(wv.y), hi_bf16(wv.y),
-                        lo_bf16(wv.z), hi_bf16(wv.z), lo_bf16(wv.w), hi_bf16(wv.w)};
+    float w[kRows][8];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const uint4 wv = __ldg(wrow[r] + k8);
+      w[r][0] = lo_bf16(wv.x), w[r][1] = hi_bf16(wv.x), w[r][2] = lo_bf16(wv.y), w[r][3] = hi_bf16(wv.y);
+      w[r][4] = lo_bf16(wv.z), w[r][5] = hi_bf16(wv.z), w[r][6] = lo_bf16(wv.w), w[r][7] = hi_bf16(wv.w);
+    }
+    float4 ga = make_float4(1.f, 1.f, 1.f, 1.f), gb = ga;
+    if constexpr (kNormed) {
+      const float4* g = reinterpret_cast<const float4*>(gamma + k8 * 8);
+      ga = __ldg(g), gb = __ldg(g + 1);
+    }
 #pragma unroll
     for (int t = 0; t < TC; ++t) {
       if (t < T) {
         const float4* xr = reinterpret_cast<const float4*>(X + t * ld_x + k8 * 8);
-        const float4 a = __ldg(xr), b = __ldg(xr + 1);
-        acc[t] += w[0] * a.x + w[1] * a.y + w[2] * a.z + w[3] * a.w + w[4] * b.x + w[5] * b.y + w[6] * b.z + w[7] * b.w;
+        float4 a = __ldg(xr), b = __ldg(xr + 1);
+        if constexpr (kNormed) {
+          sumsq[t] += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w + b.x * b.x + b.y * b.y + b.z * b.z + b.w * b.w;
+          a.x *= ga.x, a.y *= ga.y, a.z *= ga.z, a.w *= ga.w;
+          b.x *= gb.x, b.y *= gb.y, b.z *= gb.z, b.w *= gb.w;
+        }
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          acc[r][t] += w[r][0] * a.x + w[r][1] * a.y + w[r][2] * a.z + w[r][3] * a.w + w[r][4] * b.x +
+                       w[r][5] * b.y + w[r][6] * b.z + w[r][7] * b.w;
+        }
       }
     }
   }
 #pragma unroll
   for (int t = 0; t < TC; ++t) {
-    const float s = warp_sum(acc[t]);
+    float s = warp_sum(acc[0][t]);
+    if constexpr (kNormed) {
+      const float inv = rsqrtf(warp_sum(sumsq[t]) / static_cast<float>(K) + eps);
+      s *= inv;
+      if constexpr (F == Fuse::kNormSwiGlu) {
+        const float up = warp_sum(acc[kRows - 1][t]) * inv;
+        s = s / (1.0f + expf(-s)) * up;
+      }
+    }
     if (lane == 0 && t < T) {
       float* y = Y + t * ldy + n;
       *y = accumulate ? *y + s : s;
@@ -54,11 +100,127 @@ __global__ void __launch_bounds__(kWarps * 32) skinny_kernel(const bf16_bits* __
   }
 }
 
-template <int TC>
+template <Fuse F, int TC>
 void launch(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld_x, int T, float* Y, int64_t ldy,
-            bool accumulate, cudaStream_t stream) {
+            bool accumulate, const float* gamma, float eps, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>((N + kWarps - 1) / kWarps);
-  skinny_kernel<TC><<<blocks, kWarps * 32, 0, stream>>>(W, N, K, X, ld_x, T, Y, ldy, accumulate);
+  skinny_kernel<TC, F><<<blocks, kWarps * 32, 0, stream>>>(W, N, K, X, ld_x, T, Y, ldy, accumulate, gamma, eps);
+}
+
+template <Fuse F>
+bool run(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld_x, int64_t T, float* Y, int64_t ldy,
+         bool accumulate, const float* gamma, float eps, cudaStream_t stream) {
+  const bool aligned = reinterpret_cast<uintptr_t>(W) % 16 == 0 && reinterpret_cast<uintptr_t>(X) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(gamma) % 16 == 0;
+  if (T < 1 || T > kSkinnyMaxRows || N < 1 || K < 8 || K % 8 != 0 || ld_x % 4 != 0 || !aligned) return false;
+  // Up to 32 rows per pass over the weights: 32 accumulators per lane still fit in registers
+  // (16 for the two-row SwiGLU warps).
+  const int64_t pass = F == Fuse::kNormSwiGlu ? 16 : 32;
+  for (int64_t t0 = 0; t0 < T; t0 += pass) {
+    const int rows = static_cast<int>(T - t0 < pass ? T - t0 : pass);
+    const float* x = X + t0 * ld_x;
+    float* y = Y + t0 * ldy;
+    if (rows == 1) {
+      launch<F, 1>(W, N, K, x, ld_x, rows, y, ldy, accumulate, gamma, eps, stream);
+    } else if (rows <= 2) {
+      launch<F, 2>(W, N, K, x, ld_x, rows, y, ldy, accumulate, gamma, eps, stream);
+    } else if (rows <= 4) {
+      launch<F, 4>(W, N, K, x, ld_x, rows, y, ldy, accumulate, gamma, eps, stream);
+    } else if (rows <= 8) {
+      launch<F, 8>(W, N, K, x, ld_x, rows, y, ldy, accumulate, gamma, eps, stream);
+    } else if (rows <= 16) {
+      launch<F, 16>(W, N, K, x, ld_x, rows, y, ldy, accumulate, gamma, eps, stream);
+    } else if constexpr (F != Fuse::kNormSwiGlu) {
+      launch<F, 32>(W, N, K, x, ld_x, rows, y, ldy, accumulate, gamma, eps, stream);
+    }
+  }
+  return true;
+}
+
+// Tensor-core path for 1..16 rows. A block owns 16 output columns (weight rows n0..n0+15) and
+// splits K over its kTcWarps warps; each warp multiplies 16x16 bf16 tiles, W straight from
+// global memory as matrix_a (row-major, ld K) and X from a per-warp shared tile as matrix_b
+// (column-major: element (k, t) = X[t][k]); rows t ≥ T are zeros. X is split into two bf16
+// halves, hi = bf16(x) and lo = bf16(x − hi), multiplied one after the other into the same f32
+// accumulator: x is then carried to ~16 significant bits instead of bf16's 8, which is what
+// keeps a prefill or tree verify as close to the CPU as a decode step (rounding X to bf16 for
+// every projection cost up to 3e-2 relative L2 in SmolLM2's logits). The weights are read once
+// whatever T is, so 16 rows cost about what one does. The warps' f32 partial tiles are summed
+// in shared memory.
+constexpr int kTcWarps = 4;
+constexpr int kTile = 16;
+
+__global__ void __launch_bounds__(kTcWarps * 32) skinny_tc_kernel(const bf16_bits* __restrict__ W, int64_t N,
+                                                                   int64_t K, const float* __restrict__ X, int64_t ld_x,
+                                                                   int T, float* __restrict__ Y, int64_t ldy,
+                                                                   bool accumulate) {
+  using namespace nvcuda;
+  __shared__ __align__(32) __nv_bfloat16 x_hi[kTcWarps][kTile * kTile];  // (t, k) = [t * 16 + k]
+  __shared__ __align__(32) __nv_bfloat16 x_lo[kTcWarps][kTile * kTile];
+  __shared__ __align__(32) float partial[kTcWarps][kTile * kTile];       // (n, t) = [n * 16 + t]
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTile;
+  wmma::fragment<wmma::accumulator, kTile, kTile, kTile, float> acc;
+  wmma::fill_fragment(acc, 0.0f);
+  wmma::fragment<wmma::matrix_a, kTile, kTile, kTile, __nv_bfloat16, wmma::row_major> a;
+  wmma::fragment<wmma::matrix_b, kTile, kTile, kTile, __nv_bfloat16, wmma::col_major> b;
+  const auto* w = reinterpret_cast<const __nv_bfloat16*>(W);
+  // Each lane converts 8 of the tile's 256 values: row t = lane / 2, columns (lane % 2) * 8 + 0..7.
+  const int t = lane >> 1, c0 = (lane & 1) * 8;
+  for (int64_t k = static_cast<int64_t>(warp) * kTile; k < K; k += kTcWarps * kTile) {
+    __nv_bfloat16* hi = x_hi[warp] + t * kTile + c0;
+    __nv_bfloat16* lo = x_lo[warp] + t * kTile + c0;
+    float v[8] = {};
+    if (t < T) {
+      const float4* xr = reinterpret_cast<const float4*>(X + t * ld_x + k + c0);
+      const float4 p = __ldg(xr), q = __ldg(xr + 1);
+      v[0] = p.x, v[1] = p.y, v[2] = p.z, v[3] = p.w, v[4] = q.x, v[5] = q.y, v[6] = q.z, v[7] = q.w;
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      hi[i] = __float2bfloat16_rn(v[i]);
+      lo[i] = __float2bfloat16_rn(v[i] - __bfloat162float(hi[i]));
+    }
+    __syncwarp();
+    wmma::load_matrix_sync(a, w + n0 * K + k, static_cast<unsigned>(K));
+    wmma::load_matrix_sync(b, x_hi[warp], kTile);
+    wmma::mma_sync(acc, a, b, acc);
+    wmma::load_matrix_sync(b, x_lo[warp], kTile);
+    wmma::mma_sync(acc, a, b, acc);
+    __syncwarp();
+  }
+  wmma::store_matrix_sync(partial[warp], acc, kTile, wmma::mem_row_major);
+  __syncthreads();
+  for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
+    const int n = i / kTile, tt = i % kTile;
+    if (tt >= T || n0 + n >= N) continue;
+    float sum = 0.0f;
+#pragma unroll
+    for (int v = 0; v < kTcWarps; ++v) sum += partial[v][i];
+    float* y = Y + tt * ldy + n0 + n;
+    *y = accumulate ? *y + sum : sum;
+  }
+}
+
+__global__ void f32_to_bf16_split_kernel(const float* __restrict__ in, int64_t n, bf16_bits* __restrict__ hi,
+                                         bf16_bits* __restrict__ lo) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const __nv_bfloat16 h = __float2bfloat16_rn(in[i]);
+    hi[i] = __bfloat16_as_ushort(h);
+    lo[i] = __bfloat16_as_ushort(__float2bfloat16_rn(in[i] - __bfloat162float(h)));
+  }
+}
+
+__global__ void add_split_halves_kernel(const float* __restrict__ y2, int64_t T, int64_t N, float* __restrict__ Y,
+                                        int64_t ldy, bool accumulate) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < T * N;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / N, n = i % N;
+    const float sum = y2[i] + y2[T * N + i];
+    float* y = Y + t * ldy + n;
+    *y = accumulate ? *y + sum : sum;
+  }
 }
 
 __global__ void f32_to_bf16_kernel(const float* __restrict__ in, int64_t n, bf16_bits* __restrict__ out) {
@@ -72,28 +234,45 @@ __global__ void f32_to_bf16_kernel(const float* __restrict__ in, int64_t n, bf16
 
 bool skinny_gemm(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld_x, int64_t T, float* Y,
                  int64_t ldy, bool accumulate, cudaStream_t stream) {
-  const bool aligned = reinterpret_cast<uintptr_t>(W) % 16 == 0 && reinterpret_cast<uintptr_t>(X) % 16 == 0;
-  if (T < 1 || T > kSkinnyMaxRows || N < 1 || K < 8 || K % 8 != 0 || ld_x % 4 != 0 || !aligned) return false;
-  // Up to 32 rows per pass over the weights: 32 accumulators per lane still fit in registers.
-  for (int64_t t0 = 0; t0 < T; t0 += 32) {
-    const int rows = static_cast<int>(T - t0 < 32 ? T - t0 : 32);
-    const float* x = X + t0 * ld_x;
-    float* y = Y + t0 * ldy;
-    if (rows == 1) {
-      launch<1>(W, N, K, x, ld_x, rows, y, ldy, accumulate, stream);
-    } else if (rows <= 2) {
-      launch<2>(W, N, K, x, ld_x, rows, y, ldy, accumulate, stream);
-    } else if (rows <= 4) {
-      launch<4>(W, N, K, x, ld_x, rows, y, ldy, accumulate, stream);
-    } else if (rows <= 8) {
-      launch<8>(W, N, K, x, ld_x, rows, y, ldy, accumulate, stream);
-    } else if (rows <= 16) {
-      launch<16>(W, N, K, x, ld_x, rows, y, ldy, accumulate, stream);
-    } else {
-      launch<32>(W, N, K, x, ld_x, rows, y, ldy, accumulate, stream);
-    }
+  return run<Fuse::kPlain>(W, N, K, X, ld_x, T, Y, ldy, accumulate, nullptr, 0.0f, stream);
+}
+
+bool skinny_gemm_norm(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld_x, int64_t T,
+                      const float* gamma, float eps, float* Y, int64_t ldy, cudaStream_t stream) {
+  if (gamma == nullptr) return false;
+  return run<Fuse::kNorm>(W, N, K, X, ld_x, T, Y, ldy, false, gamma, eps, stream);
+}
+
+bool skinny_gemm_norm_swiglu(const bf16_bits* W, int64_t ffn, int64_t K, const float* X, int64_t ld_x, int64_t T,
+                             const float* gamma, float eps, float* Y, int64_t ldy, cudaStream_t stream) {
+  if (gamma == nullptr) return false;
+  return run<Fuse::kNormSwiGlu>(W, ffn, K, X, ld_x, T, Y, ldy, false, gamma, eps, stream);
+}
+
+bool skinny_gemm_tc(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld_x, int64_t T, float* Y,
+                    int64_t ldy, bool accumulate, cudaStream_t stream) {
+  const bool aligned = reinterpret_cast<uintptr_t>(W) % 32 == 0 && reinterpret_cast<uintptr_t>(X) % 16 == 0;
+  if (T < 1 || T > kSkinnyTcMaxRows || N < kTile || N % kTile != 0 || K < kTile || K % kTile != 0 || ld_x % 4 != 0 ||
+      !aligned) {
+    return false;
   }
+  skinny_tc_kernel<<<static_cast<unsigned>(N / kTile), kTcWarps * 32, 0, stream>>>(W, N, K, X, ld_x, static_cast<int>(T),
+                                                                                   Y, ldy, accumulate);
   return true;
+}
+
+void add_split_halves(const float* y2, int64_t T, int64_t N, float* Y, int64_t ldy, bool accumulate,
+                      cudaStream_t stream) {
+  if (T <= 0 || N <= 0) return;
+  const int64_t blocks = (T * N + 255) / 256;
+  add_split_halves_kernel<<<static_cast<unsigned>(blocks < 65536 ? blocks : 65536), 256, 0, stream>>>(y2, T, N, Y, ldy,
+                                                                                                      accumulate);
+}
+
+void f32_to_bf16_split(const float* in, int64_t n, bf16_bits* hi, bf16_bits* lo, cudaStream_t stream) {
+  if (n <= 0) return;
+  const int64_t blocks = (n + 255) / 256;
+  f32_to_bf16_split_kernel<<<static_cast<unsigned>(blocks < 65536 ? blocks : 65536), 256, 0, stream>>>(in, n, hi, lo);
 }
 
 void f32_to_bf16(const float* in, int64_t n, bf16_bits* out, cudaStream_t stream) {

@@ -26,6 +26,33 @@ inline bool skinny_gemm_pays(int64_t N, int64_t K, int64_t T) { return T == 1 ||
 bool skinny_gemm(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld_x, int64_t T, float* Y,
                  int64_t ldy, bool accumulate, cudaStream_t stream);
 
+// The decode step's fusions (same constraints, plus a 16-byte aligned gamma (K) f32):
+// Y(T, N) = rmsnorm(X) · Wᵀ, rmsnorm(x)[k] = x[k] · gamma[k] / sqrt(mean_k(x²) + eps).
+// Replaces an RMSNorm kernel and the GEMM after it.
+bool skinny_gemm_norm(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld_x, int64_t T,
+                      const float* gamma, float eps, float* Y, int64_t ldy, cudaStream_t stream);
+// W: (2·ffn, K), gate rows [0, ffn), up rows [ffn, 2·ffn) (the fused gate_up matrix).
+// Y(T, ffn) = silu(rmsnorm(X) · W_gateᵀ) ⊙ (rmsnorm(X) · W_upᵀ): RMSNorm, gate_up GEMM and SwiGLU
+// in one kernel. At most 16 rows per pass over the weights.
+bool skinny_gemm_norm_swiglu(const bf16_bits* W, int64_t ffn, int64_t K, const float* X, int64_t ld_x, int64_t T,
+                             const float* gamma, float eps, float* Y, int64_t ldy, cudaStream_t stream);
+
+// The same product on tensor cores for 1..16 rows: X split into bf16 hi + lo halves (see
+// f32_to_bf16_split), so the products match f32 X to ~1e-5; W is read once whatever T is. Needs N and K multiples of 16, a 32-byte aligned W, 16-byte aligned
+// X rows; returns false (launching nothing) otherwise.
+inline constexpr int64_t kSkinnyTcMaxRows = 16;
+bool skinny_gemm_tc(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld_x, int64_t T, float* Y,
+                    int64_t ldy, bool accumulate, cudaStream_t stream);
+
+// hi[i] = bf16(in[i]), lo[i] = bf16(in[i] − hi[i]): hi + lo carries ~16 significant bits of
+// in[i]. Two bf16 GEMMs, over hi and then lo, give products within ~1e-5 of f32 X.
+void f32_to_bf16_split(const float* in, int64_t n, bf16_bits* hi, bf16_bits* lo, cudaStream_t stream);
+
+// Y(T, N) (+)= y2[0:T] + y2[T:2T], y2 row-major (2T, N): the products of the hi and lo halves
+// when both went through one GEMM as 2T columns (one pass over the weights).
+void add_split_halves(const float* y2, int64_t T, int64_t N, float* Y, int64_t ldy, bool accumulate,
+                      cudaStream_t stream);
+
 // out[i] = bf16(in[i]) (round to nearest even) for n values.
 void f32_to_bf16(const float* in, int64_t n, bf16_bits* out, cudaStream_t stream);
 

@@ -1,11 +1,15 @@
-// The CUDA backend (bf16 weights and KV, f32 accumulation) against the CPU backend (f32 over
-// the same dequantized weights) on the default model: logits and greedy tokens.
+// The CUDA backend (bf16 weights and KV, f32 accumulation) against the CPU backend on the
+// default model: logits and greedy tokens. The reference is the CPU with the same numbers in
+// storage (Precision::Bf16Storage: weights, embeddings and K/V rounded to bf16, f32 math), so
+// the 1e-2 bound measures the kernels; a second test bounds the gap to the quantized file's own
+// f32 numbers, which rounding the weights to bf16 opens by itself.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -44,7 +48,7 @@ class CudaBackendTest : public ::testing::Test {
     auto m = load_model(path);
     ASSERT_TRUE(m) << m.error().message;
     model_ = std::make_unique<Model>(std::move(*m));
-    cpu_ = std::make_unique<CpuBackend>(*model_, CpuTransformerOptions{});
+    cpu_ = std::make_unique<CpuBackend>(*model_, CpuTransformerOptions{0, Precision::Bf16Storage});
     auto cuda = make_cuda_backend(*model_, CudaBackendOptions{});
     ASSERT_TRUE(cuda) << cuda.error().message;
     cuda_ = std::move(*cuda);
@@ -63,7 +67,16 @@ class CudaBackendTest : public ::testing::Test {
   std::unique_ptr<CudaBackend> cuda_;
 };
 
-TEST_F(CudaBackendTest, PrefillAndDecodeLogitsAndGreedyTokensMatchCpu) {
+struct LogitComparison {
+  double worst = 0;  // largest relative L2 over prefills and decode steps while greedy agrees
+  int identical = 0;  // prompts whose 32 greedy tokens agree
+  int prompts = 0;
+};
+
+// Prefill + 32 greedy decode steps on each side; logits are compared while the tokens agree.
+LogitComparison compare_logits(TransformerBackend& cuda, TransformerBackend& cpu,
+                               const std::function<std::vector<int32_t>(const std::string&)>& encode,
+                               double bound) {
   const std::vector<std::string> prompts = {
       "The capital of France is",
       "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
@@ -72,62 +85,75 @@ TEST_F(CudaBackendTest, PrefillAndDecodeLogitsAndGreedyTokensMatchCpu) {
       "List three primary colors:",
       "Translate to French: The weather is nice today.",
   };
-  const int64_t V = cuda_->config().vocab_size;
+  const int64_t V = cuda.config().vocab_size;
   const int kSteps = 32;
-  int identical = 0;
-  double worst = 0;
+  LogitComparison out;
+  out.prompts = static_cast<int>(prompts.size());
   for (const auto& text : prompts) {
     const auto prompt = encode(text);
-    auto cs = cpu_->start(16, 256);
-    auto gs = cuda_->start(16, 256);
-    ASSERT_TRUE(cs && gs);
+    auto cs = cpu.start(16, 256);
+    auto gs = cuda.start(16, 256);
+    EXPECT_TRUE(cs && gs);
+    if (!cs || !gs) return out;
     std::vector<int32_t> pos(prompt.size());
     std::iota(pos.begin(), pos.end(), 0);
     std::vector<float> lc(V), lg(V);
-    ASSERT_TRUE((*cs)->forward(prompt, pos, nullptr, lc, LogitRows::Last));
-    ASSERT_TRUE((*gs)->forward(prompt, pos, nullptr, lg, LogitRows::Last));
+    EXPECT_TRUE((*cs)->forward(prompt, pos, nullptr, lc, LogitRows::Last));
+    EXPECT_TRUE((*gs)->forward(prompt, pos, nullptr, lg, LogitRows::Last));
     (*cs)->commit_all();
     (*gs)->commit_all();
     const double prefill_err = rel_l2(lg, lc);
-    worst = std::max(worst, prefill_err);
-    EXPECT_LT(prefill_err, 1e-2) << text;
+    out.worst = std::max(out.worst, prefill_err);
+    EXPECT_LT(prefill_err, bound) << text;
     // Each side decodes greedily on its own tokens; logits are compared while they agree.
-    std::vector<int32_t> tc, tg;
     int tok_c = argmax(lc), tok_g = argmax(lg);
     int diverged_at = -1;
-    double gap = 0;
+    double gap = 0, worst_step = 0;
     for (int step = 0; step < kSteps; ++step) {
-      tc.push_back(tok_c);
-      tg.push_back(tok_g);
       if (tok_c != tok_g && diverged_at < 0) {
         diverged_at = step;
         gap = lc[static_cast<size_t>(tok_c)] - lc[static_cast<size_t>(tok_g)];
       }
       int32_t p = static_cast<int32_t>((*cs)->committed());
-      ASSERT_TRUE((*cs)->forward({&tok_c, 1}, {&p, 1}, nullptr, lc, LogitRows::Last));
-      ASSERT_TRUE((*gs)->forward({&tok_g, 1}, {&p, 1}, nullptr, lg, LogitRows::Last));
+      EXPECT_TRUE((*cs)->forward({&tok_c, 1}, {&p, 1}, nullptr, lc, LogitRows::Last));
+      EXPECT_TRUE((*gs)->forward({&tok_g, 1}, {&p, 1}, nullptr, lg, LogitRows::Last));
       (*cs)->commit_all();
       (*gs)->commit_all();
       if (diverged_at < 0) {
         const double e = rel_l2(lg, lc);
-        worst = std::max(worst, e);
-        EXPECT_LT(e, 1e-2) << text << " step " << step;
+        out.worst = std::max(out.worst, e);
+        worst_step = std::max(worst_step, e);
+        EXPECT_LT(e, bound) << text << " step " << step;
       }
       tok_c = argmax(lc);
       tok_g = argmax(lg);
     }
     if (diverged_at < 0) {
-      ++identical;
+      ++out.identical;
     } else {
       std::printf("greedy diverges at step %d for \"%s\": CPU logit gap between CPU's and GPU's token %.4f\n",
                   diverged_at, text.c_str(), gap);
     }
-    std::printf("prompt \"%.30s...\": prefill rel L2 %.2e, greedy %s\n", text.c_str(), prefill_err,
-                diverged_at < 0 ? "identical (32 tokens)" : "diverged");
+    std::printf("prompt \"%.30s...\": prefill rel L2 %.2e, worst decode step %.2e, greedy %s\n", text.c_str(),
+                prefill_err, worst_step, diverged_at < 0 ? "identical (32 tokens)" : "diverged");
   }
-  std::printf("greedy 32 tokens identical on %d of %zu prompts; worst logit rel L2 %.2e\n", identical, prompts.size(),
-              worst);
-  EXPECT_GE(identical * 2, static_cast<int>(prompts.size()));
+  std::printf("greedy 32 tokens identical on %d of %d prompts; worst logit rel L2 %.2e\n", out.identical,
+              out.prompts, out.worst);
+  return out;
+}
+
+TEST_F(CudaBackendTest, PrefillAndDecodeLogitsAndGreedyTokensMatchCpu) {
+  const auto result = compare_logits(*cuda_, *cpu_, [&](const std::string& t) { return encode(t); }, 1e-2);
+  EXPECT_GE(result.identical * 2, result.prompts);
+}
+
+// The quantized file's own numbers (the CPU's f32 over the dequantized Q4_1 weights): rounding
+// every weight to bf16 is a slightly different model. Bounded at 5e-2 (session 4 measured up to
+// 3.05e-2 before the bf16 reference existed), and greedy must still agree on most prompts.
+TEST_F(CudaBackendTest, LogitsStayCloseToTheQuantizedFilesF32Numbers) {
+  CpuBackend file_numbers(*model_, CpuTransformerOptions{});
+  const auto result = compare_logits(*cuda_, file_numbers, [&](const std::string& t) { return encode(t); }, 5e-2);
+  EXPECT_GE(result.identical * 2, result.prompts);
 }
 
 // A tree-masked multi-token forward, then a commit of one path, then a decode step: same

@@ -104,6 +104,21 @@ TEST(Dequant, HalfConversionsAreExact) {
   EXPECT_EQ(bf16_to_f32(0xC040), -3.0f);
 }
 
+TEST(Dequant, RoundToBf16IsNearestEven) {
+  EXPECT_EQ(round_to_bf16(1.0f), 1.0f);
+  // bf16 keeps 8 significant bits: 1 + 2^-8 is halfway between 1 and 1 + 2^-7 -> even (1).
+  EXPECT_EQ(round_to_bf16(1.0f + 0x1p-8f), 1.0f);
+  // 1 + 3·2^-8 is halfway between 1 + 2^-7 and 1 + 2^-6 -> even (1 + 2^-6).
+  EXPECT_EQ(round_to_bf16(1.0f + 3 * 0x1p-8f), 1.0f + 0x1p-6f);
+  EXPECT_EQ(round_to_bf16(1.0f + 0x1p-8f + 0x1p-20f), 1.0f + 0x1p-7f);  // above halfway -> up
+  EXPECT_EQ(round_to_bf16(-3.0f), -3.0f);
+  EXPECT_TRUE(std::isnan(round_to_bf16(std::nanf(""))));
+  std::vector<float> v = {1.0f + 0x1p-8f + 0x1p-20f, 2.0f};
+  round_to_bf16(std::span<float>(v));
+  EXPECT_EQ(v[0], 1.0f + 0x1p-7f);
+  EXPECT_EQ(v[1], 2.0f);
+}
+
 TEST(TensorTypeTraits, MatchGgmlBlockGeometry) {
   EXPECT_EQ(tensor_type_traits(TensorType::Q4_1)->block_bytes, 20u);
   EXPECT_EQ(tensor_type_traits(TensorType::Q6_K)->block_bytes, 210u);

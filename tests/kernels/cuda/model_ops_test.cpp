@@ -221,5 +221,71 @@ TEST_F(ModelOpsTest, PagedAppendMinMaxAndMaskedAttentionMatchCpu) {
   cudaFree(dout);
 }
 
+// The decode step's fused launch gives the same bits as the three launches it replaces, over
+// decode steps that cross block boundaries, for both RoPE pairings and two head sizes.
+TEST_F(ModelOpsTest, FusedDecodeRopeAppendEqualsTheSeparateLaunches) {
+  for (int64_t hd : {64, 128}) {
+    for (bool adjacent : {false, true}) {
+      const int64_t heads = 6, kv_heads = 2, B = 16, blocks = 3, steps = 40;
+      const int64_t qd = heads * hd, kvd = kv_heads * hd, ld = qd + 2 * kvd;
+      const std::vector<int32_t> table = {1, 2, 0};
+      auto make_kv = [&]() {
+        PagedKvLayer kv;
+        std::vector<uint16_t> zeros(blocks * kv_heads * B * hd, 0);
+        std::vector<float> meta(blocks * kv_heads * hd, 0.0f);
+        kv.keys = upload(zeros);
+        kv.values = upload(zeros);
+        kv.key_min = upload(meta);
+        kv.key_max = upload(meta);
+        kv.block_table = upload(table);
+        kv.n_kv_heads = kv_heads;
+        kv.head_dim = hd;
+        kv.block_size = B;
+        return kv;
+      };
+      PagedKvLayer separate = make_kv(), fused = make_kv();
+      float *qa = nullptr, *qb = nullptr;
+      int32_t *step = nullptr, *pos = nullptr;
+      ASSERT_EQ(cudaMalloc(&qa, ld * 4), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&qb, ld * 4), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&step, 2 * 4), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&pos, 4), cudaSuccess);
+      for (int64_t r = 0; r < steps; ++r) {
+        const auto row = random(ld, 2.0f);
+        const int32_t st[2] = {int32_t(r), int32_t(r)};
+        const int32_t p = int32_t(r * 7 + 3);  // positions need not equal rows
+        ASSERT_EQ(cudaMemcpy(qa, row.data(), ld * 4, cudaMemcpyHostToDevice), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(qb, row.data(), ld * 4, cudaMemcpyHostToDevice), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(step, st, 8, cudaMemcpyHostToDevice), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(pos, &p, 4, cudaMemcpyHostToDevice), cudaSuccess);
+        rope_in_place(qa, ld, 1, heads, kv_heads, hd, pos, 10000.0f, adjacent, nullptr);
+        kv_append_at(separate, qa, ld, qd, qd + kvd, 1, step, nullptr);
+        kv_update_min_max_at(separate, 1, step, nullptr);
+        rope_append_decode_at(qb, heads, kv_heads, hd, pos, 10000.0f, adjacent, fused, qd + kvd, step, nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const auto a = download(qa, qd), b = download(qb, qd);  // the rotated queries
+        ASSERT_EQ(a, b) << "queries, step " << r << " hd " << hd << " adjacent " << adjacent;
+      }
+      const size_t n_kv = blocks * kv_heads * B * hd, n_meta = blocks * kv_heads * hd;
+      EXPECT_EQ(download(separate.keys, n_kv), download(fused.keys, n_kv)) << "hd " << hd;
+      EXPECT_EQ(download(separate.values, n_kv), download(fused.values, n_kv)) << "hd " << hd;
+      // Every block holds rows (40 rows over 3 blocks of 16), so all metadata is live.
+      EXPECT_EQ(download(separate.key_min, n_meta), download(fused.key_min, n_meta)) << "hd " << hd;
+      EXPECT_EQ(download(separate.key_max, n_meta), download(fused.key_max, n_meta)) << "hd " << hd;
+      for (PagedKvLayer* kv : {&separate, &fused}) {
+        cudaFree(kv->keys);
+        cudaFree(kv->values);
+        cudaFree(kv->key_min);
+        cudaFree(kv->key_max);
+        cudaFree(const_cast<int32_t*>(kv->block_table));
+      }
+      cudaFree(qa);
+      cudaFree(qb);
+      cudaFree(step);
+      cudaFree(pos);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace specula::cuda

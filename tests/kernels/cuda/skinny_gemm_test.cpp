@@ -86,6 +86,125 @@ TEST_F(SkinnyGemmTest, MatchesDoubleReferenceForEveryRowCount) {
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
+// The tensor-core path splits X into bf16 hi + lo: against a double product over bf16 W and the
+// f32 X, for every row count it takes, as tight as the f32 kernel.
+TEST_F(SkinnyGemmTest, TensorCorePathMatchesDoubleReferenceOverF32Inputs) {
+  const int64_t N = 1008, K = 1552;  // multiples of 16, not of 64
+  const int64_t ld_x = K + 4;
+  const auto wf = random(N * K, 0.05f);
+  std::vector<uint16_t> w(wf.size());
+  std::vector<double> wr(wf.size());
+  for (size_t i = 0; i < wf.size(); ++i) {
+    const __nv_bfloat16 b = __float2bfloat16_rn(wf[i]);
+    w[i] = __bfloat16_as_ushort(b);
+    wr[i] = __bfloat162float(b);
+  }
+  uint16_t* dw = nullptr;
+  float *dx = nullptr, *dy = nullptr;
+  ASSERT_EQ(cudaMalloc(&dw, w.size() * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dx, kSkinnyTcMaxRows * ld_x * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dy, kSkinnyTcMaxRows * N * 4), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dw, w.data(), w.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  for (int64_t T : {1, 2, 3, 5, 8, 13, 16}) {
+    for (bool accumulate : {false, true}) {
+      const auto x = random(T * ld_x, 2.0f), y0 = random(T * N, 1.0f);
+      ASSERT_EQ(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(dy, y0.data(), y0.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_TRUE(skinny_gemm_tc(dw, N, K, dx, ld_x, T, dy, N, accumulate, nullptr));
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      std::vector<float> y(T * N);
+      ASSERT_EQ(cudaMemcpy(y.data(), dy, y.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      double num = 0, den = 0;
+      for (int64_t t = 0; t < T; ++t) {
+        for (int64_t n = 0; n < N; ++n) {
+          double ref = accumulate ? y0[t * N + n] : 0.0;
+          for (int64_t k = 0; k < K; ++k) ref += wr[n * K + k] * x[t * ld_x + k];
+          const double d = y[t * N + n] - ref;
+          num += d * d;
+          den += ref * ref;
+        }
+      }
+      EXPECT_LT(std::sqrt(num / den), 1e-5) << "T " << T << " accumulate " << accumulate;
+    }
+  }
+  EXPECT_FALSE(skinny_gemm_tc(dw, N, K, dx, ld_x, kSkinnyTcMaxRows + 1, dy, N, false, nullptr));
+  EXPECT_FALSE(skinny_gemm_tc(dw, 1000, K, dx, ld_x, 2, dy, N, false, nullptr));  // N not a multiple of 16
+  EXPECT_FALSE(skinny_gemm_tc(dw, N, 1544, dx, ld_x, 2, dy, N, false, nullptr));  // K not a multiple of 16
+  EXPECT_FALSE(skinny_gemm_tc(dw + 8, N, K, dx, ld_x, 2, dy, N, false, nullptr));  // W not 32-byte aligned
+  cudaFree(dw);
+  cudaFree(dx);
+  cudaFree(dy);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+// The fused decode variants against RMSNorm, the product and SwiGLU done separately in double.
+TEST_F(SkinnyGemmTest, NormAndSwiGluFusionsMatchTheSeparateSteps) {
+  const int64_t ffn = 504, K = 576;  // SmolLM2's hidden size; ffn not a multiple of 8
+  const int64_t ld_x = K + 8;
+  const float eps = 1e-5f;
+  const auto wf = random(2 * ffn * K, 0.05f);
+  std::vector<uint16_t> w(wf.size());
+  std::vector<double> wr(wf.size());
+  for (size_t i = 0; i < wf.size(); ++i) {
+    const __nv_bfloat16 b = __float2bfloat16_rn(wf[i]);
+    w[i] = __bfloat16_as_ushort(b);
+    wr[i] = __bfloat162float(b);
+  }
+  auto gamma = random(K, 1.0f);
+  for (auto& g : gamma) g += 1.5f;  // RMSNorm weights sit around 1; never zero
+  uint16_t* dw = nullptr;
+  float *dx = nullptr, *dy = nullptr, *dg = nullptr;
+  ASSERT_EQ(cudaMalloc(&dw, w.size() * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dx, kSkinnyMaxRows * ld_x * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dy, kSkinnyMaxRows * 2 * ffn * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dg, K * 4), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dw, w.data(), w.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dg, gamma.data(), K * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  for (int64_t T : {1, 2, 4, 7, 16, 17, 40}) {
+    const auto x = random(T * ld_x, 3.0f);
+    ASSERT_EQ(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    // Reference: xn = rmsnorm(x), gate/up = xn · W, swiglu.
+    std::vector<double> norm_out(T * 2 * ffn), swiglu_out(T * ffn);
+    for (int64_t t = 0; t < T; ++t) {
+      double ss = 0;
+      for (int64_t k = 0; k < K; ++k) ss += double(x[t * ld_x + k]) * x[t * ld_x + k];
+      const double inv = 1.0 / std::sqrt(ss / K + eps);
+      for (int64_t n = 0; n < 2 * ffn; ++n) {
+        double acc = 0;
+        for (int64_t k = 0; k < K; ++k) acc += wr[n * K + k] * (x[t * ld_x + k] * inv * gamma[k]);
+        norm_out[t * 2 * ffn + n] = acc;
+      }
+      for (int64_t n = 0; n < ffn; ++n) {
+        const double g = norm_out[t * 2 * ffn + n], u = norm_out[t * 2 * ffn + ffn + n];
+        swiglu_out[t * ffn + n] = g / (1.0 + std::exp(-g)) * u;
+      }
+    }
+    auto check = [&](const std::vector<double>& ref, int64_t cols, const char* what) {
+      std::vector<float> y(T * cols);
+      ASSERT_EQ(cudaMemcpy(y.data(), dy, y.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      double num = 0, den = 0;
+      for (size_t i = 0; i < y.size(); ++i) {
+        num += (y[i] - ref[i]) * (y[i] - ref[i]);
+        den += ref[i] * ref[i];
+      }
+      EXPECT_LT(std::sqrt(num / den), 1e-5) << what << " T " << T;
+    };
+    ASSERT_TRUE(skinny_gemm_norm(dw, 2 * ffn, K, dx, ld_x, T, dg, eps, dy, 2 * ffn, nullptr));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    check(norm_out, 2 * ffn, "norm");
+    ASSERT_TRUE(skinny_gemm_norm_swiglu(dw, ffn, K, dx, ld_x, T, dg, eps, dy, ffn, nullptr));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    check(swiglu_out, ffn, "norm + swiglu");
+  }
+  EXPECT_FALSE(skinny_gemm_norm(dw, 2 * ffn, K, dx, ld_x, 1, nullptr, eps, dy, 2 * ffn, nullptr));  // no gamma
+  EXPECT_FALSE(skinny_gemm_norm_swiglu(dw, ffn, K, dx, ld_x, 1, dg + 1, eps, dy, ffn, nullptr));  // misaligned
+  cudaFree(dw);
+  cudaFree(dx);
+  cudaFree(dy);
+  cudaFree(dg);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
 TEST_F(SkinnyGemmTest, RefusesShapesItDoesNotCover) {
   uint16_t* dw = nullptr;
   float *dx = nullptr, *dy = nullptr;

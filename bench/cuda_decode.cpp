@@ -1,0 +1,236 @@
+// Plain greedy decoding on the CUDA backend, timed, and where the time of a decode step goes.
+//  1. Timed runs: prefill a prompt, then --tokens decode steps (one token, last logits, host
+//     argmax), --reps times; tokens/s of the decode steps alone, and the weight bytes each step
+//     reads over the step time.
+//  2. With --profile SESSION: one more run under CUPTI capture (profiler/cupti_capture.h) into
+//     that session file; its kernel rows give kernels per step, the summed kernel time per step
+//     against the step's wall time (the rest is launch latency, gaps and the host), and the
+//     kernels that take the most time. CUPTI's own cost makes this run slower; its tokens/s is
+//     reported apart from the timed runs.
+// --synthetic NAME times random weights in a real model's shapes; the output says "synthetic".
+// Prints one JSON object (device, driver, commit, command, results); --out writes it too.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <numeric>
+#include <vector>
+
+#include "bench/bench_info.h"
+#include "engine/backend/cuda_backend.h"
+#include "engine/model/loader.h"
+#include "profiler/cupti_capture.h"
+#include "profiler/recorder.h"
+#include "profiler/session_store.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct RunResult {
+  double prefill_ms = 0;
+  double decode_s = 0;
+  int decoded = 0;
+  std::vector<int32_t> tokens;
+};
+
+int argmax(const std::vector<float>& v) {
+  return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+// after_prefill (may be empty) runs between the prefill and the first decode step.
+specula::Expected<RunResult> run_once(specula::TransformerBackend& backend, const std::vector<int32_t>& prompt,
+                                      int tokens, const std::function<specula::Status()>& after_prefill = {}) {
+  const int64_t V = backend.config().vocab_size;
+  auto session = backend.start(16, static_cast<int64_t>(prompt.size()) + tokens + 1);
+  if (!session) return session.error();
+  std::vector<int32_t> pos(prompt.size());
+  std::iota(pos.begin(), pos.end(), 0);
+  std::vector<float> logits(static_cast<size_t>(V));
+  RunResult r;
+  const auto t0 = Clock::now();
+  if (auto s = (*session)->forward(prompt, pos, nullptr, logits, specula::LogitRows::Last); !s) return s.error();
+  (*session)->commit_all();
+  if (after_prefill) {
+    if (auto s = after_prefill(); !s) return s.error();
+  }
+  const auto t1 = Clock::now();
+  int32_t tok = argmax(logits);
+  for (int i = 0; i < tokens; ++i) {
+    r.tokens.push_back(tok);
+    int32_t p = static_cast<int32_t>((*session)->committed());
+    if (auto s = (*session)->forward({&tok, 1}, {&p, 1}, nullptr, logits, specula::LogitRows::Last); !s) {
+      return s.error();
+    }
+    (*session)->commit_all();
+    tok = argmax(logits);
+  }
+  const auto t2 = Clock::now();
+  r.prefill_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+  r.decode_s = std::chrono::duration<double>(t2 - t1).count();
+  r.decoded = tokens;
+  return r;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+int fail(const std::string& message) {
+  std::fprintf(stderr, "bench_cuda_decode: %s\n", message.c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Greedy decode speed of the CUDA backend and its per-step kernel breakdown (CUPTI)"};
+  std::string model_spec = "default", synthetic, profile_path, commit = "unknown", out_path;
+  int tokens = 128, reps = 3, prompt_tokens = 0;
+  bool graphs = true;
+  app.add_option("--model", model_spec, "GGUF model path or name (default: the default model)");
+  app.add_option("--synthetic", synthetic, "time random weights in these shapes instead (e.g. llama-3.1-8b)");
+  app.add_option("--tokens", tokens, "decode steps per run")->check(CLI::Range(1, 100000));
+  app.add_option("--reps", reps, "timed runs")->check(CLI::Range(1, 100));
+  app.add_option("--prompt-tokens", prompt_tokens,
+                 "prompt length in tokens (0: the encoded sentence \"The capital of France is\")")
+      ->check(CLI::Range(0, 1000000));
+  app.add_option("--graphs", graphs, "replay decode steps as CUDA graphs (true|false)");
+  app.add_option("--profile", profile_path, "also run once under CUPTI capture into this session file");
+  app.add_option("--commit", commit, "commit the binary was built from (for the JSON)");
+  app.add_option("--out", out_path, "also write the JSON here");
+  CLI11_PARSE(app, argc, argv);
+
+  if (!specula::cuda_gpu_available()) return fail("no CUDA GPU found (this bench needs one)");
+  specula::CudaBackendOptions options;
+  options.cuda_graphs = graphs;
+  std::unique_ptr<specula::Model> model;
+  std::unique_ptr<specula::CudaBackend> backend;
+  std::vector<int32_t> prompt;
+  if (!synthetic.empty()) {
+    auto config = specula::synthetic_config(synthetic);
+    if (!config) return fail(config.error().message);
+    auto b = specula::make_synthetic_cuda_backend(*config, 1234, options);
+    if (!b) return fail(b.error().message);
+    backend = std::move(*b);
+    for (int i = 0; i < std::max(prompt_tokens, 5); ++i) prompt.push_back(1000 + i);
+  } else {
+    auto m = specula::load_model(specula::resolve_model_path(model_spec).string());
+    if (!m) return fail(m.error().message);
+    model = std::make_unique<specula::Model>(std::move(*m));
+    auto b = specula::make_cuda_backend(*model, options);
+    if (!b) return fail(b.error().message);
+    backend = std::move(*b);
+    const auto& tok = model->tokenizer;
+    if (tok.add_bos() && tok.bos_id() >= 0) prompt.push_back(tok.bos_id());
+    const auto ids = tok.encode("The capital of France is", false);
+    prompt.insert(prompt.end(), ids.begin(), ids.end());
+    // Longer prompts repeat the sentence: only the context length matters for the timing.
+    while (prompt_tokens > 0 && static_cast<int>(prompt.size()) < prompt_tokens) {
+      prompt.push_back(ids[prompt.size() % ids.size()]);
+    }
+    if (prompt_tokens > 0) prompt.resize(static_cast<size_t>(prompt_tokens));
+  }
+  if (static_cast<int64_t>(prompt.size()) + tokens + 1 > backend->config().context_length) {
+    return fail("prompt (" + std::to_string(prompt.size()) + ") + tokens (" + std::to_string(tokens) +
+                ") exceed the context length " + std::to_string(backend->config().context_length));
+  }
+
+  // Warm-up: cuBLAS handles, the graph capture, clocks.
+  if (auto w = run_once(*backend, prompt, std::min(tokens, 8)); !w) return fail(w.error().message);
+  std::vector<double> tps, prefill_ms;
+  std::vector<int32_t> first_tokens;
+  for (int r = 0; r < reps; ++r) {
+    auto run = run_once(*backend, prompt, tokens);
+    if (!run) return fail(run.error().message);
+    tps.push_back(run->decoded / run->decode_s);
+    prefill_ms.push_back(run->prefill_ms);
+    if (r == 0) first_tokens = run->tokens;
+  }
+  const double weight_bytes = static_cast<double>(backend->weight_bytes_per_token());
+  nlohmann::json results = {
+      {"model", synthetic.empty() ? backend->config().name : "synthetic " + synthetic + " (random weights, timing only)"},
+      {"synthetic", !synthetic.empty()},
+      {"cuda_graphs", graphs},
+      {"prompt_tokens", prompt.size()},
+      {"decode_tokens", tokens},
+      {"decode_tokens_per_s_runs", tps},
+      {"decode_tokens_per_s_median", median(tps)},
+      {"prefill_ms_runs", prefill_ms},
+      {"weight_bytes_per_token", weight_bytes},
+      {"weight_read_gb_per_s_median", weight_bytes * median(tps) / 1e9},
+      {"first_run_first_tokens", std::vector<int32_t>(first_tokens.begin(),
+                                                      first_tokens.begin() + std::min<size_t>(16, first_tokens.size()))}};
+
+  if (!profile_path.empty()) {
+    // Capture only the decode steps: it starts after the prefill (whose logits came back, so
+    // the GPU is idle) and stops after the last step.
+    std::filesystem::remove(profile_path);
+    auto recorder = specula::profiler::record_to(profile_path, specula::ObserveLevel::kSummary);
+    if (!recorder) return fail(recorder.error().message);
+    std::unique_ptr<specula::profiler::CuptiCapture> capture;
+    auto run = run_once(*backend, prompt, tokens, [&]() -> specula::Status {
+      auto c = specula::profiler::CuptiCapture::start(*recorder);
+      if (!c) return c.error();
+      capture = std::move(*c);
+      return specula::Status::success();
+    });
+    if (!run) return fail(run.error().message);
+    if (auto s = capture->stop(); !s) return fail(s.error().message);
+    const auto stats = capture->stats();
+    if (auto s = (*recorder)->finish(); !s) return fail(s.error().message);
+    auto session = specula::profiler::open_session(profile_path);
+    if (!session) return fail(session.error().message);
+    auto rows = session->read_kernels();
+    if (!rows) return fail(rows.error().message);
+    std::map<std::string, std::pair<int64_t, int64_t>> by_name;  // short name -> (count, total ns)
+    int64_t first = rows->empty() ? 0 : rows->front().start, last = first, total_ns = 0;
+    for (const auto& k : *rows) {
+      auto& e = by_name[k.short_name];
+      e.first += 1;
+      e.second += k.end - k.start;
+      total_ns += k.end - k.start;
+      first = std::min(first, k.start);
+      last = std::max(last, k.end);
+    }
+    std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>> top(by_name.begin(), by_name.end());
+    std::sort(top.begin(), top.end(), [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
+    nlohmann::json kernels = nlohmann::json::array();
+    for (const auto& [name, e] : top) {
+      kernels.push_back({{"kernel", name},
+                         {"per_step", static_cast<double>(e.first) / tokens},
+                         {"us_per_step", e.second / 1e3 / tokens},
+                         {"mean_us", e.second / 1e3 / static_cast<double>(e.first)}});
+    }
+    const double span_us = (last - first) / 1e3;
+    results["profile"] = {
+        {"session", profile_path},
+        {"tokens_per_s_under_capture", run->decoded / run->decode_s},
+        {"kernel_rows", rows->size()},
+        {"kernels_per_step", static_cast<double>(rows->size()) / tokens},
+        {"kernel_us_per_step", total_ns / 1e3 / tokens},
+        {"gpu_span_us_per_step", span_us / tokens},
+        {"kernel_busy_share", span_us > 0 ? total_ns / 1e3 / span_us : 0},
+        {"cupti_records", stats.records},
+        {"cupti_dropped", stats.dropped},
+        {"kernels", kernels}};
+  }
+
+  nlohmann::json out = {{"bench", "cuda_decode"},
+                        {"date", specula::bench::utc_now()},
+                        {"commit", commit},
+                        {"command", specula::bench::command_line(argc, argv)},
+                        {"device", {{"name", backend->device()}, {"driver", specula::bench::nvidia_driver()}}},
+                        {"host", specula::bench::host_info()},
+                        {"results", results}};
+  const std::string text = out.dump(2);
+  std::puts(text.c_str());
+  if (!out_path.empty()) std::ofstream(out_path) << text << "\n";
+  return 0;
+}
