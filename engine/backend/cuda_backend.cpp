@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <map>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -497,8 +498,10 @@ class CudaSession final : public BackendSession {
       SPECULA_CUDA_TRY(cudaMemcpyAsync(b.mask.get(), b.host_mask, T * T, cudaMemcpyHostToDevice, s), "mask upload");
       mask_dev = b.mask.get();
     }
-    if (b.cuda_graphs && T == 1 && !mask && rows == LogitRows::Last) {
-      if (auto ok = launch_decode_graph(); !ok) return ok;
+    // Decode steps and tree verifies replay graphs (one per shape); a prefill is launched.
+    const bool graphed = b.cuda_graphs && ((T == 1 && !mask && rows == LogitRows::Last) || (mask && T <= kMaxGraphRows));
+    if (graphed) {
+      if (auto ok = launch_graph(T, mask_dev, rows); !ok) return ok;
     } else if (auto ok = enqueue_forward(T, mask_dev, rows); !ok) {
       return ok;
     }
@@ -512,12 +515,13 @@ class CudaSession final : public BackendSession {
   }
 
   ~CudaSession() override {
-    if (decode_graph_) cudaGraphExecDestroy(decode_graph_);
+    for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+    if (rows_uploaded_) cudaEventDestroy(rows_uploaded_);
+    if (host_rows_) cudaFreeHost(host_rows_);
   }
 
   Status commit(std::span<const int> keep_rows) override {
     const auto n = static_cast<int64_t>(keep_rows.size());
-    std::vector<int32_t> rows(static_cast<size_t>(2 * n));
     std::vector<bool> seen(static_cast<size_t>(provisional_), false);
     for (int64_t i = 0; i < n; ++i) {
       const int r = keep_rows[static_cast<size_t>(i)];
@@ -526,14 +530,29 @@ class CudaSession final : public BackendSession {
                           std::to_string(provisional_ - 1) + ") or repeated");
       }
       seen[static_cast<size_t>(r)] = true;
-      rows[static_cast<size_t>(i)] = static_cast<int32_t>(committed_ + r);
-      rows[static_cast<size_t>(n + i)] = static_cast<int32_t>(committed_ + i);
     }
     if (n > 0) {
       const auto& c = b_->cfg;
-      if (auto ok = move_rows_.allocate(2 * n, "commit rows"); !ok) return ok;
-      if (auto ok = move_scratch_.allocate(n * 2 * c.n_kv_heads * c.head_dim, "commit scratch"); !ok) return ok;
-      SPECULA_CUDA_TRY(cudaMemcpy(move_rows_.get(), rows.data(), rows.size() * 4, cudaMemcpyHostToDevice), "commit");
+      if (n > move_capacity_) {
+        if (auto ok = move_rows_.allocate(2 * n, "commit rows"); !ok) return ok;
+        if (auto ok = move_scratch_.allocate(n * 2 * c.n_kv_heads * c.head_dim, "commit scratch"); !ok) return ok;
+        if (host_rows_) cudaFreeHost(host_rows_);
+        host_rows_ = nullptr;
+        SPECULA_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&host_rows_), 2 * n * sizeof(int32_t)), "cudaMallocHost");
+        move_capacity_ = n;
+      }
+      // The staging buffer may still feed the last commit's copy if no forward (which waits for
+      // the stream) came between: wait for that copy only.
+      if (rows_uploaded_) SPECULA_CUDA_TRY(cudaEventSynchronize(rows_uploaded_), "commit");
+      for (int64_t i = 0; i < n; ++i) {
+        host_rows_[i] = static_cast<int32_t>(committed_ + keep_rows[static_cast<size_t>(i)]);
+        host_rows_[n + i] = static_cast<int32_t>(committed_ + i);
+      }
+      SPECULA_CUDA_TRY(cudaMemcpyAsync(move_rows_.get(), host_rows_, 2 * n * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                       b_->stream),
+                       "commit");
+      if (!rows_uploaded_) SPECULA_CUDA_TRY(cudaEventCreateWithFlags(&rows_uploaded_, cudaEventDisableTiming), "commit");
+      SPECULA_CUDA_TRY(cudaEventRecord(rows_uploaded_, b_->stream), "commit");
       for (const auto& kv : layers_) {
         cuda::kv_move_rows(kv, move_rows_.get(), move_rows_.get() + n, n, move_scratch_.get(), b_->stream);
       }
@@ -556,8 +575,9 @@ class CudaSession final : public BackendSession {
     for (const auto& kv : layers_) cuda::kv_update_min_max(kv, committed_ / B_, (rows + B_ - 1) / B_, rows, b_->stream);
     committed_ = rows;
     provisional_ = 0;
+    // No wait for the GPU: the moves and min/max run before the next forward on the same stream,
+    // and that forward's wait for its logits reports any error they hit.
     SPECULA_CUDA_TRY(cudaGetLastError(), "KV commit");
-    SPECULA_CUDA_TRY(cudaStreamSynchronize(b_->stream), "KV commit");
     return {};
   }
 
@@ -598,34 +618,45 @@ class CudaSession final : public BackendSession {
     return b.gemm_norm(b.output, V, dim, b.x.get() + first_out * dim, n_out, b.output_norm.get(), b.logits.get(), V);
   }
 
-  // A decode step as one graph launch. Captured on the first step (and again after the shared
-  // scratch moved); every launch parameter it holds is a device pointer, and what changes per
-  // step (token, position, committed, first_new) is read on the device from b.ids.
-  Status launch_decode_graph() {
+  // A decode step or a tree verify as one graph launch. Each shape (rows T, all logits or the
+  // last, mask or none) is captured on its first use and again after the shared scratch moved;
+  // every launch parameter it holds is a device pointer, and what changes per step (tokens,
+  // positions, committed, first_new, the mask) is read on the device from b.ids and b.mask.
+  static constexpr int64_t kMaxGraphRows = 65;  // the pending token + a 64-node tree
+  Status launch_graph(int64_t T, const uint8_t* mask_dev, LogitRows rows) {
     auto& b = *b_;
-    if (!decode_graph_ || graph_generation_ != b.scratch_generation) {
-      if (decode_graph_) cudaGraphExecDestroy(decode_graph_);
-      decode_graph_ = nullptr;
+    if (graph_generation_ != b.scratch_generation) {
+      for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+      graphs_.clear();
+      graph_generation_ = b.scratch_generation;
+    }
+    const int64_t key = T * 4 + (rows == LogitRows::All ? 2 : 0) + (mask_dev ? 1 : 0);
+    auto found = graphs_.find(key);
+    if (found == graphs_.end()) {
       cudaGraph_t graph = nullptr;
-      SPECULA_CUDA_TRY(cudaStreamBeginCapture(b.stream, cudaStreamCaptureModeThreadLocal), "decode graph capture");
-      const Status enqueued = enqueue_forward(1, nullptr, LogitRows::Last);
+      SPECULA_CUDA_TRY(cudaStreamBeginCapture(b.stream, cudaStreamCaptureModeThreadLocal), "forward graph capture");
+      const Status enqueued = enqueue_forward(T, mask_dev, rows);
       const cudaError_t captured = cudaStreamEndCapture(b.stream, &graph);
       if (!enqueued) {
         if (graph) cudaGraphDestroy(graph);
         return enqueued;
       }
-      SPECULA_CUDA_TRY(captured, "decode graph capture");
-      const cudaError_t made = cudaGraphInstantiate(&decode_graph_, graph, 0);
+      SPECULA_CUDA_TRY(captured, "forward graph capture");
+      cudaGraphExec_t exec = nullptr;
+      const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
       cudaGraphDestroy(graph);
-      SPECULA_CUDA_TRY(made, "decode graph instantiation");
-      graph_generation_ = b.scratch_generation;
+      SPECULA_CUDA_TRY(made, "forward graph instantiation");
+      found = graphs_.emplace(key, exec).first;
     }
-    SPECULA_CUDA_TRY(cudaGraphLaunch(decode_graph_, b.stream), "decode graph launch");
+    SPECULA_CUDA_TRY(cudaGraphLaunch(found->second, b.stream), "forward graph launch");
     return {};
   }
 
   CudaBackend::Impl* b_;
-  cudaGraphExec_t decode_graph_ = nullptr;
+  std::map<int64_t, cudaGraphExec_t> graphs_;  // by shape key (launch_graph)
+  int32_t* host_rows_ = nullptr;               // pinned staging of commit()'s row moves (from, to)
+  int64_t move_capacity_ = 0;                  // rows move_rows_, move_scratch_ and host_rows_ hold
+  cudaEvent_t rows_uploaded_ = nullptr;        // the last commit's staging copy
   int64_t graph_generation_ = -1;
   int64_t B_;
   int64_t capacity_;

@@ -198,8 +198,9 @@ TEST_F(CudaBackendTest, TreeMaskedForwardAndCommitMatchCpu) {
   EXPECT_LT(rel_l2(again, lg), 1e-6);
 }
 
-// Decode steps replayed from the captured CUDA graph give the same logits, bit for bit, as the
-// same kernels launched one by one: across a tree forward, a commit of one path, a rollback,
+// Decode steps and tree verifies replayed from captured CUDA graphs give the same logits, bit for
+// bit, as the same kernels launched one by one: across two tree forwards of one shape with
+// different masks, commits, a rollback,
 // and a second session on the same backend (whose larger prefill moves the shared scratch, so
 // the first session's graph must be captured again).
 TEST_F(CudaBackendTest, DecodeGraphReplaysTheLaunchedKernelsExactly) {
@@ -227,6 +228,16 @@ TEST_F(CudaBackendTest, DecodeGraphReplaysTheLaunchedKernelsExactly) {
         std::vector<float> all(3 * V);
         ASSERT_TRUE((*a)->forward(toks, tpos, &mask, all, LogitRows::All));
         ASSERT_TRUE((*a)->commit(std::vector<int>{0, 2}));
+        trace.insert(trace.end(), all.begin(), all.end());
+        tok = argmax(all, 2 * V, V);
+        continue;
+      }
+      if (step == 10) {  // the same shape with another mask (a chain): the graph reads the new one
+        const std::vector<int32_t> toks = {tok, 700, 800}, tpos = {p, p + 1, p + 2};
+        const auto mask = AttentionMask::from_parents(std::vector<int>{-1, 0, 1});
+        std::vector<float> all(3 * V);
+        ASSERT_TRUE((*a)->forward(toks, tpos, &mask, all, LogitRows::All));
+        ASSERT_TRUE((*a)->commit(std::vector<int>{0, 1, 2}));
         trace.insert(trace.end(), all.begin(), all.end());
         tok = argmax(all, 2 * V, V);
         continue;
