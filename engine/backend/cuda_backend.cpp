@@ -430,6 +430,19 @@ class CudaSession final : public BackendSession {
     if (auto ok = kmin_.allocate(c.n_layers * meta_per_layer, "KV key min"); !ok) return ok;
     if (auto ok = kmax_.allocate(c.n_layers * meta_per_layer, "KV key max"); !ok) return ok;
     if (auto ok = table_.allocate(n_blocks_, "KV block table"); !ok) return ok;
+    // Decode steps and verifies (up to kMaxGraphRows tokens) split long contexts over blocks.
+    split_ = cuda::attention_split_for(capacity_, c.head_dim);
+    if (split_.splits > 1) {
+      if (auto ok = split_partial_.allocate(kMaxGraphRows * c.n_heads * split_.partial_floats_per_pair, "attention split");
+          !ok) {
+        return ok;
+      }
+      if (auto ok = split_counters_.allocate(kMaxGraphRows * c.n_heads, "attention split counters"); !ok) return ok;
+      SPECULA_CUDA_TRY(cudaMemset(split_counters_.get(), 0, kMaxGraphRows * c.n_heads * sizeof(int32_t)),
+                       "attention split counters");
+      split_.partial = split_partial_.get();
+      split_.counters = split_counters_.get();
+    }
     // One sequence: logical block i is physical block i. The table is there so a shared pool
     // (prefix sharing, several sequences) can later hand out blocks in any order.
     std::vector<int32_t> table(static_cast<size_t>(n_blocks_));
@@ -608,7 +621,8 @@ class CudaSession final : public BackendSession {
         cuda::kv_append_at(kv, b.qkv.get(), ld, qd, qd + kvd, T, step_dev, s);
         cuda::kv_update_min_max_at(kv, T, step_dev, s);
       }
-      cuda::attention_at(b.qkv.get(), ld, T, c.n_heads, kv, step_dev, mask_dev, scale, b.att.get(), s);
+      cuda::attention_at(b.qkv.get(), ld, T, c.n_heads, kv, step_dev, mask_dev, scale, b.att.get(), s,
+                         T <= kMaxGraphRows ? split_ : cuda::AttentionSplit{});
       if (auto ok = b.gemm(L.wo.get(), dim, qd, b.att.get(), T, b.x.get(), dim, true); !ok) return ok;
       if (auto ok = b.gate_up_swiglu(L, b.x.get(), T); !ok) return ok;
       if (auto ok = b.gemm(L.down.get(), dim, ffn, b.xn.get(), T, b.x.get(), dim, true); !ok) return ok;
@@ -654,6 +668,9 @@ class CudaSession final : public BackendSession {
 
   CudaBackend::Impl* b_;
   std::map<int64_t, cudaGraphExec_t> graphs_;  // by shape key (launch_graph)
+  cuda::AttentionSplit split_;                  // attention over long contexts (init())
+  DeviceBuffer<float> split_partial_;
+  DeviceBuffer<int32_t> split_counters_;
   int32_t* host_rows_ = nullptr;               // pinned staging of commit()'s row moves (from, to)
   int64_t move_capacity_ = 0;                  // rows move_rows_, move_scratch_ and host_rows_ hold
   cudaEvent_t rows_uploaded_ = nullptr;        // the last commit's staging copy

@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace specula::cuda {
@@ -181,7 +182,7 @@ __global__ void kv_move_kernel(PagedKvLayer kv, const int32_t* __restrict__ rows
   }
 }
 
-constexpr int kAttnWarps = 8;
+constexpr int kAttnWarps = 4;
 constexpr int kMaxPerLane = 8;  // head_dim ≤ 256
 
 __device__ __forceinline__ float warp_max(float v) {
@@ -195,12 +196,17 @@ __device__ __forceinline__ float warp_max(float v) {
 // A row-at-a-time warp (the first version) spent ~20 µs on SmolLM2's short contexts waiting on
 // the reduction and exp of every row (bench_cuda_decode's CUPTI breakdown). The warps' partial
 // states merge at the end. head_dim a multiple of 8, ≤ 256.
-template <int kPerLane>  // head_dim ≤ 32 · kPerLane
+// kHd > 0 (64 or 128, the exact head_dim): values are read 16 bytes per lane, a row by
+// kHd / 8 lanes, 32 / (kHd / 8) rows per load instruction, all of a chunk's loads in flight at
+// once (2-byte loads, one row per instruction, left the warps waiting on memory: ncu showed
+// 69% of the stalls on L1TEX scoreboards). kHd = 0: any head_dim, one value per lane.
+template <int kPerLane, int kHd>  // head_dim ≤ 32 · kPerLane
 __global__ void __launch_bounds__(kAttnWarps * 32) attention_kernel(const float* __restrict__ q, int64_t ld_q, int64_t T,
                                                                     int64_t n_heads, PagedKvLayer kv,
                                                                     const uint8_t* __restrict__ mask, float scale,
                                                                     float* __restrict__ out,
-                                                                    const int32_t* __restrict__ step) {
+                                                                    const int32_t* __restrict__ step,
+                                                                    AttentionSplit split) {
   const int64_t committed = step[kStepCommitted], first_new = step[kStepFirstNew];
   const int64_t h = blockIdx.x, t = blockIdx.y, hd = kv.head_dim;
   const int64_t kvh = h / (n_heads / kv.n_kv_heads);
@@ -212,8 +218,10 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attention_kernel(const float*
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) acc[i] = 0.0f;
   float m = -INFINITY, l = 0.0f;
-  const int64_t total = committed + T;
-  for (int64_t first = static_cast<int64_t>(warp) * 32; first < total; first += kAttnWarps * 32) {
+  // This block's rows: all of them, or its split's share [z·R, (z+1)·R).
+  const int64_t begin = split.splits > 1 ? blockIdx.z * split.rows_per_split : 0;
+  const int64_t total = split.splits > 1 ? min(committed + T, begin + split.rows_per_split) : committed + T;
+  for (int64_t first = begin + static_cast<int64_t>(warp) * 32; first < total; first += kAttnWarps * 32) {
     const int64_t idx = first + lane;
     float s = -INFINITY;
     long long slot = 0;
@@ -249,24 +257,49 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attention_kernel(const float*
     l = l * corr + warp_sum(p);
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) acc[i] *= corr;
-    // Values 8 rows at a time: the 8 loads are issued before any of them is used (one row at a
-    // time, each load's latency was paid in turn).
-    for (int r0 = 0; r0 < 32; r0 += 8) {
-      float pr[8], v[8][kPerLane];
+    if constexpr (kHd > 0) {
+      // Lane = (row group g, 8-dim slice): rows g, g + G, ... of the chunk, dims slice·8..+8.
+      constexpr int kLanesPerRow = kHd / 8, kGroups = 32 / kLanesPerRow;
+      const int g = lane / kLanesPerRow, slice = lane % kLanesPerRow;
+      float pr[32 / kGroups];
+      uint4 v[32 / kGroups];
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        pr[j] = __shfl_sync(0xffffffffu, p, r0 + j);
-        const long long base = __shfl_sync(0xffffffffu, slot, r0 + j);
-#pragma unroll
-        for (int i = 0; i < kPerLane; ++i) {
-          const int64_t d = i * 32 + lane;
-          v[j][i] = pr[j] != 0.0f && d < hd ? bf(kv.values[base + d]) : 0.0f;  // masked rows read nothing
-        }
+      for (int i = 0; i < 32 / kGroups; ++i) {
+        const int r = i * kGroups + g;
+        pr[i] = __shfl_sync(0xffffffffu, p, r);
+        const long long base = __shfl_sync(0xffffffffu, slot, r);
+        v[i] = pr[i] != 0.0f ? *reinterpret_cast<const uint4*>(kv.values + base + slice * 8) : make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
+      for (int i = 0; i < 32 / kGroups; ++i) {
+        acc[0] += pr[i] * __uint_as_float(v[i].x << 16);
+        acc[1] += pr[i] * __uint_as_float(v[i].x & 0xffff0000u);
+        acc[2] += pr[i] * __uint_as_float(v[i].y << 16);
+        acc[3] += pr[i] * __uint_as_float(v[i].y & 0xffff0000u);
+        acc[4] += pr[i] * __uint_as_float(v[i].z << 16);
+        acc[5] += pr[i] * __uint_as_float(v[i].z & 0xffff0000u);
+        acc[6] += pr[i] * __uint_as_float(v[i].w << 16);
+        acc[7] += pr[i] * __uint_as_float(v[i].w & 0xffff0000u);
+      }
+    } else {
+      // Values 8 rows at a time: the 8 loads are issued before any of them is used.
+      for (int r0 = 0; r0 < 32; r0 += 8) {
+        float pr[8], v[8][kPerLane];
 #pragma unroll
-        for (int i = 0; i < kPerLane; ++i) acc[i] += pr[j] * v[j][i];
+        for (int j = 0; j < 8; ++j) {
+          pr[j] = __shfl_sync(0xffffffffu, p, r0 + j);
+          const long long base = __shfl_sync(0xffffffffu, slot, r0 + j);
+#pragma unroll
+          for (int i = 0; i < kPerLane; ++i) {
+            const int64_t d = i * 32 + lane;
+            v[j][i] = pr[j] != 0.0f && d < hd ? bf(kv.values[base + d]) : 0.0f;  // masked rows read nothing
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+#pragma unroll
+          for (int i = 0; i < kPerLane; ++i) acc[i] += pr[j] * v[j][i];
+        }
       }
     }
     m = m_new;
@@ -277,8 +310,22 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attention_kernel(const float*
     sm_m[warp] = m;
     sm_l[warp] = l;
   }
+  if constexpr (kHd > 0) {
+    // Sum the row groups' slices; group 0's lanes then hold dims slice·8..+8.
+    constexpr int kLanesPerRow = kHd / 8;
 #pragma unroll
-  for (int i = 0; i < kPerLane; ++i) sm_acc[warp][i * 32 + lane] = acc[i];
+    for (int o = kLanesPerRow; o < 32; o <<= 1) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], o);
+    }
+    if (lane < kLanesPerRow) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) sm_acc[warp][lane * 8 + i] = acc[i];
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) sm_acc[warp][i * 32 + lane] = acc[i];
+  }
   __syncthreads();
   float m_all = -INFINITY;
   for (int w = 0; w < kAttnWarps; ++w) m_all = fmaxf(m_all, sm_m[w]);
@@ -287,11 +334,52 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attention_kernel(const float*
     weights[w] = sm_m[w] == -INFINITY ? 0.0f : expf(sm_m[w] - m_all);
     denom += weights[w] * sm_l[w];
   }
+  if (split.splits <= 1) {
+    for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
+      float v = 0.0f;
+      for (int w = 0; w < kAttnWarps; ++w) v += weights[w] * sm_acc[w][d];
+      out[t * n_heads * hd + h * hd + d] = denom > 0.0f ? v / denom : 0.0f;
+    }
+    return;
+  }
+  // Split: this block's state (max, sum, unnormalised values) goes to its slot; the block that
+  // finishes last for this (token, head) merges all the slots and resets the counter, so the
+  // next launch (a graph replay) finds it at zero.
+  const int64_t pair = t * n_heads + h;
+  float* mine = split.partial + (pair * split.splits + blockIdx.z) * (hd + 2);
   for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
     float v = 0.0f;
     for (int w = 0; w < kAttnWarps; ++w) v += weights[w] * sm_acc[w][d];
-    out[t * n_heads * hd + h * hd + d] = denom > 0.0f ? v / denom : 0.0f;
+    mine[2 + d] = v;
   }
+  if (threadIdx.x == 0) {
+    mine[0] = m_all;
+    mine[1] = denom;
+  }
+  __threadfence();
+  __syncthreads();
+  __shared__ bool last;
+  if (threadIdx.x == 0) last = atomicAdd(split.counters + pair, 1) == split.splits - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const float* all = split.partial + pair * split.splits * (hd + 2);
+  float m_max = -INFINITY;
+  for (int z = 0; z < split.splits; ++z) m_max = fmaxf(m_max, __ldcg(all + z * (hd + 2)));
+  float l_sum = 0.0f;
+  for (int z = 0; z < split.splits; ++z) {
+    const float mz = __ldcg(all + z * (hd + 2));
+    if (mz != -INFINITY) l_sum += expf(mz - m_max) * __ldcg(all + z * (hd + 2) + 1);
+  }
+  for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
+    float v = 0.0f;
+    for (int z = 0; z < split.splits; ++z) {
+      const float mz = __ldcg(all + z * (hd + 2));
+      if (mz != -INFINITY) v += expf(mz - m_max) * __ldcg(all + z * (hd + 2) + 2 + d);
+    }
+    out[t * n_heads * hd + h * hd + d] = l_sum > 0.0f ? v / l_sum : 0.0f;
+  }
+  if (threadIdx.x == 0) split.counters[pair] = 0;
 }
 
 __device__ __forceinline__ uint64_t mix64(uint64_t z) {
@@ -380,15 +468,35 @@ void kv_move_rows(const PagedKvLayer& kv, const int32_t* from, const int32_t* to
 }
 
 void attention_at(const float* q, int64_t ld_q, int64_t T, int64_t n_heads, const PagedKvLayer& kv, const int32_t* step,
-                  const uint8_t* mask, float scale, float* out, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(n_heads), static_cast<unsigned>(T));
-  if (kv.head_dim <= 64) {
-    attention_kernel<2><<<grid, kAttnWarps * 32, 0, stream>>>(q, ld_q, T, n_heads, kv, mask, scale, out, step);
+                  const uint8_t* mask, float scale, float* out, cudaStream_t stream, const AttentionSplit& split) {
+  const dim3 grid(static_cast<unsigned>(n_heads), static_cast<unsigned>(T),
+                  static_cast<unsigned>(split.splits > 1 ? split.splits : 1));
+  if (kv.head_dim == 64) {
+    attention_kernel<8, 64><<<grid, kAttnWarps * 32, 0, stream>>>(q, ld_q, T, n_heads, kv, mask, scale, out, step, split);
+  } else if (kv.head_dim == 128) {
+    attention_kernel<8, 128><<<grid, kAttnWarps * 32, 0, stream>>>(q, ld_q, T, n_heads, kv, mask, scale, out, step,
+                                                                  split);
+  } else if (kv.head_dim <= 64) {
+    attention_kernel<2, 0><<<grid, kAttnWarps * 32, 0, stream>>>(q, ld_q, T, n_heads, kv, mask, scale, out, step, split);
   } else if (kv.head_dim <= 128) {
-    attention_kernel<4><<<grid, kAttnWarps * 32, 0, stream>>>(q, ld_q, T, n_heads, kv, mask, scale, out, step);
+    attention_kernel<4, 0><<<grid, kAttnWarps * 32, 0, stream>>>(q, ld_q, T, n_heads, kv, mask, scale, out, step, split);
   } else {
-    attention_kernel<kMaxPerLane><<<grid, kAttnWarps * 32, 0, stream>>>(q, ld_q, T, n_heads, kv, mask, scale, out, step);
+    attention_kernel<kMaxPerLane, 0><<<grid, kAttnWarps * 32, 0, stream>>>(q, ld_q, T, n_heads, kv, mask, scale, out,
+                                                                          step, split);
   }
+}
+
+AttentionSplit attention_split_for(int64_t max_rows, int64_t head_dim) {
+  AttentionSplit split;
+  // A block reads at least 256 rows (2 chunks a warp); at most 64 splits (the workspace grows
+  // with them).
+  constexpr int64_t kRowsPerBlock = kAttnWarps * 32 * 2;
+  const int64_t splits = std::min<int64_t>(64, (max_rows + kRowsPerBlock - 1) / kRowsPerBlock);
+  if (splits <= 1) return split;
+  split.splits = static_cast<int>(splits);
+  split.rows_per_split = ((max_rows + splits - 1) / splits + 31) / 32 * 32;
+  split.partial_floats_per_pair = splits * (head_dim + 2);
+  return split;
 }
 
 void fill_uniform_bf16(bf16_bits* out, int64_t n, uint64_t seed, float scale, cudaStream_t stream) {

@@ -62,12 +62,28 @@ void kv_update_min_max(const PagedKvLayer& kv, int64_t block_begin, int64_t bloc
 void kv_move_rows(const PagedKvLayer& kv, const int32_t* from, const int32_t* to, int64_t n, bf16_bits* scratch,
                   cudaStream_t stream);
 
-// Attention of T new tokens, one (token, query head) per thread block, online softmax in f32.
-// q: row t at q + t·ld_q, heads of head_dim. Token t sees KV rows [0, committed) and new rows
-// first_new + j for j allowed by mask (T×T uint8, row-major; nullptr = causal j ≤ t).
-// out: (T, n_heads·head_dim) f32. head_dim a multiple of 8, ≤ 256.
+// Splitting the rows of each (token, query head) over several blocks, for long contexts and few
+// new tokens (a decode step has only n_heads blocks otherwise). Workspace: partial
+// (T · n_heads · partial_floats_per_pair floats) and counters (T · n_heads int32, zero before the
+// first launch; each launch leaves them at zero). splits ≤ 1: no split, no workspace.
+struct AttentionSplit {
+  int splits = 1;
+  int64_t rows_per_split = 0;
+  int64_t partial_floats_per_pair = 0;
+  float* partial = nullptr;
+  int32_t* counters = nullptr;
+};
+// The split for a KV cache of max_rows rows (the grid must not depend on the committed count,
+// which a replayed graph reads on the device): up to 64 splits of at least 512 rows.
+AttentionSplit attention_split_for(int64_t max_rows, int64_t head_dim);
+
+// Attention of T new tokens, one (token, query head) per thread block (per split with one),
+// online softmax in f32. q: row t at q + t·ld_q, heads of head_dim. Token t sees KV rows
+// [0, committed) and new rows first_new + j for j allowed by mask (T×T uint8, row-major;
+// nullptr = causal j ≤ t). out: (T, n_heads·head_dim) f32. head_dim a multiple of 8, ≤ 256.
 void attention_at(const float* q, int64_t ld_q, int64_t T, int64_t n_heads, const PagedKvLayer& kv, const int32_t* step,
-                  const uint8_t* mask, float scale, float* out, cudaStream_t stream);
+                  const uint8_t* mask, float scale, float* out, cudaStream_t stream,
+                  const AttentionSplit& split = {});
 
 // Deterministic pseudo-random fill (hash of seed and index): uniform in [-scale, scale).
 void fill_uniform_bf16(bf16_bits* out, int64_t n, uint64_t seed, float scale, cudaStream_t stream);

@@ -159,8 +159,19 @@ TEST_F(ModelOpsTest, PagedAppendMinMaxAndMaskedAttentionMatchCpu) {
   ASSERT_EQ(cudaMalloc(&dout, T * qd * 4), cudaSuccess);
   const float scale = 1.0f / std::sqrt(float(hd));
   const float* q = dall + committed * ld;
-  for (bool use_mask : {true, false}) {
-    attention_at(q, ld, T, heads, kv, dsteps + 2, use_mask ? dmask : nullptr, scale, dout, nullptr);
+  // Split over blocks: 3 splits of 32 rows (the third gets none of the 43), launched twice to
+  // check that the counters come back to zero.
+  AttentionSplit split;
+  split.splits = 3;
+  split.rows_per_split = 32;
+  split.partial_floats_per_pair = 3 * (hd + 2);
+  ASSERT_EQ(cudaMalloc(&split.partial, T * heads * split.partial_floats_per_pair * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&split.counters, T * heads * 4), cudaSuccess);
+  ASSERT_EQ(cudaMemset(split.counters, 0, T * heads * 4), cudaSuccess);
+  for (int variant = 0; variant < 6; ++variant) {
+    const bool use_mask = variant % 2 == 0;
+    attention_at(q, ld, T, heads, kv, dsteps + 2, use_mask ? dmask : nullptr, scale, dout, nullptr,
+                 variant < 2 ? AttentionSplit{} : split);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     auto out = download(dout, T * qd);
     double num = 0, den = 0;
@@ -192,7 +203,7 @@ TEST_F(ModelOpsTest, PagedAppendMinMaxAndMaskedAttentionMatchCpu) {
         }
       }
     const double err = std::sqrt(num / den);
-    std::printf("attention (mask=%d) rel L2 %.2e\n", use_mask, err);
+    std::printf("attention (mask=%d, split=%d) rel L2 %.2e\n", use_mask, variant >= 2, err);
     // The reference reads the same bf16 keys and values; only f32 arithmetic differs.
     EXPECT_LT(err, 1e-4);
   }
@@ -219,6 +230,8 @@ TEST_F(ModelOpsTest, PagedAppendMinMaxAndMaskedAttentionMatchCpu) {
   cudaFree(dmask);
   cudaFree(dsteps);
   cudaFree(dout);
+  cudaFree(split.partial);
+  cudaFree(split.counters);
 }
 
 // The decode step's fused launch gives the same bits as the three launches it replaces, over
