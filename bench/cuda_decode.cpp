@@ -24,6 +24,7 @@
 #include "bench/bench_info.h"
 #include "engine/backend/cuda_backend.h"
 #include "engine/model/loader.h"
+#include "kernels/cuda/model_ops.h"
 #include "profiler/cupti_capture.h"
 #include "profiler/recorder.h"
 #include "profiler/session_store.h"
@@ -93,7 +94,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Greedy decode speed of the CUDA backend and its per-step kernel breakdown (CUPTI)"};
   std::string model_spec = "default", synthetic, profile_path, commit = "unknown", out_path;
   int tokens = 128, reps = 3, prompt_tokens = 0;
-  bool graphs = true;
+  bool graphs = true, pdl = true;
   app.add_option("--model", model_spec, "GGUF model path or name (default: the default model)");
   app.add_option("--synthetic", synthetic, "time random weights in these shapes instead (e.g. llama-3.1-8b)");
   app.add_option("--tokens", tokens, "decode steps per run")->check(CLI::Range(1, 100000));
@@ -102,12 +103,14 @@ int main(int argc, char** argv) {
                  "prompt length in tokens (0: the encoded sentence \"The capital of France is\")")
       ->check(CLI::Range(0, 1000000));
   app.add_option("--graphs", graphs, "replay decode steps as CUDA graphs (true|false)");
+  app.add_option("--pdl", pdl, "programmatic dependent launch of the decode kernels (true|false)");
   app.add_option("--profile", profile_path, "also run once under CUPTI capture into this session file");
   app.add_option("--commit", commit, "commit the binary was built from (for the JSON)");
   app.add_option("--out", out_path, "also write the JSON here");
   CLI11_PARSE(app, argc, argv);
 
   if (!specula::cuda_gpu_available()) return fail("no CUDA GPU found (this bench needs one)");
+  specula::cuda::set_programmatic_dependent_launch(pdl);
   specula::CudaBackendOptions options;
   options.cuda_graphs = graphs;
   std::unique_ptr<specula::Model> model;
@@ -158,6 +161,7 @@ int main(int argc, char** argv) {
       {"model", synthetic.empty() ? backend->config().name : "synthetic " + synthetic + " (random weights, timing only)"},
       {"synthetic", !synthetic.empty()},
       {"cuda_graphs", graphs},
+      {"programmatic_dependent_launch", pdl},
       {"prompt_tokens", prompt.size()},
       {"decode_tokens", tokens},
       {"decode_tokens_per_s_runs", tps},

@@ -1,9 +1,12 @@
 #include "kernels/cuda/model_ops.h"
 
+#include "kernels/cuda/pdl.cuh"
+
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 namespace specula::cuda {
@@ -19,6 +22,8 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 __global__ void embed_kernel(const bf16_bits* __restrict__ table, const int32_t* __restrict__ tokens, int64_t dim,
                              float* __restrict__ x) {
+  pdl_trigger();
+  pdl_wait();
   const int64_t t = blockIdx.x;
   const bf16_bits* row = table + static_cast<int64_t>(tokens[t]) * dim;
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) x[t * dim + i] = bf(row[i]);
@@ -131,6 +136,8 @@ __global__ void rope_append_decode_kernel(float* __restrict__ qkv, int64_t n_hea
                                           const int32_t* __restrict__ positions, float theta, bool adjacent,
                                           PagedKvLayer kv, int64_t v_col,
                                           const int32_t* __restrict__ step) {
+  pdl_trigger();
+  pdl_wait();
   const int64_t h = blockIdx.x, half = head_dim / 2, i = threadIdx.x;
   if (i >= half) return;
   float* v = qkv + h * head_dim;
@@ -207,6 +214,8 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attention_kernel(const float*
                                                                     float* __restrict__ out,
                                                                     const int32_t* __restrict__ step,
                                                                     AttentionSplit split) {
+  pdl_trigger();
+  pdl_wait();
   const int64_t committed = step[kStepCommitted], first_new = step[kStepFirstNew];
   const int64_t h = blockIdx.x, t = blockIdx.y, hd = kv.head_dim;
   const int64_t kvh = h / (n_heads / kv.n_kv_heads);
@@ -412,8 +421,15 @@ unsigned grid_for(int64_t n, int threads) {
 
 }  // namespace
 
+namespace {
+std::atomic<bool> g_programmatic_launch{true};
+}  // namespace
+
+bool programmatic_dependent_launch() { return g_programmatic_launch.load(std::memory_order_relaxed); }
+void set_programmatic_dependent_launch(bool on) { g_programmatic_launch.store(on, std::memory_order_relaxed); }
+
 void embed_rows(const bf16_bits* table, const int32_t* tokens, int64_t T, int64_t dim, float* x, cudaStream_t stream) {
-  embed_kernel<<<static_cast<unsigned>(T), 256, 0, stream>>>(table, tokens, dim, x);
+  launch_pdl(embed_kernel, dim3(static_cast<unsigned>(T)), dim3(256), 0, stream, table, tokens, dim, x);
 }
 
 void rmsnorm_rows(const float* x, int64_t ld_x, const float* weight, int64_t T, int64_t dim, float eps, float* out,
@@ -455,8 +471,8 @@ void rope_append_decode_at(float* qkv, int64_t n_heads, int64_t n_kv_heads, int6
                            float theta, bool adjacent, const PagedKvLayer& kv, int64_t v_col, const int32_t* step,
                            cudaStream_t stream) {
   const auto threads = static_cast<unsigned>((head_dim / 2 + 31) / 32 * 32);
-  rope_append_decode_kernel<<<static_cast<unsigned>(n_heads + n_kv_heads), threads, 0, stream>>>(
-      qkv, n_heads, head_dim, positions, theta, adjacent, kv, v_col, step);
+  launch_pdl(rope_append_decode_kernel, dim3(static_cast<unsigned>(n_heads + n_kv_heads)), dim3(threads), 0, stream, qkv,
+             n_heads, head_dim, positions, theta, adjacent, kv, v_col, step);
 }
 
 void kv_move_rows(const PagedKvLayer& kv, const int32_t* from, const int32_t* to, int64_t n, bf16_bits* scratch,
@@ -471,18 +487,18 @@ void attention_at(const float* q, int64_t ld_q, int64_t T, int64_t n_heads, cons
                   const uint8_t* mask, float scale, float* out, cudaStream_t stream, const AttentionSplit& split) {
   const dim3 grid(static_cast<unsigned>(n_heads), static_cast<unsigned>(T),
                   static_cast<unsigned>(split.splits > 1 ? split.splits : 1));
+  const dim3 block(kAttnWarps * 32);
   if (kv.head_dim == 64) {
-    attention_kernel<8, 64><<<grid, kAttnWarps * 32, 0, stream>>>(q, ld_q, T, n_heads, kv, mask, scale, out, step, split);
+    launch_pdl(attention_kernel<8, 64>, grid, block, 0, stream, q, ld_q, T, n_heads, kv, mask, scale, out, step, split);
   } else if (kv.head_dim == 128) {
-    attention_kernel<8, 128><<<grid, kAttnWarps * 32, 0, stream>>>(q, ld_q, T, n_heads, kv, mask, scale, out, step,
-                                                                  split);
+    launch_pdl(attention_kernel<8, 128>, grid, block, 0, stream, q, ld_q, T, n_heads, kv, mask, scale, out, step, split);
   } else if (kv.head_dim <= 64) {
-    attention_kernel<2, 0><<<grid, kAttnWarps * 32, 0, stream>>>(q, ld_q, T, n_heads, kv, mask, scale, out, step, split);
+    launch_pdl(attention_kernel<2, 0>, grid, block, 0, stream, q, ld_q, T, n_heads, kv, mask, scale, out, step, split);
   } else if (kv.head_dim <= 128) {
-    attention_kernel<4, 0><<<grid, kAttnWarps * 32, 0, stream>>>(q, ld_q, T, n_heads, kv, mask, scale, out, step, split);
+    launch_pdl(attention_kernel<4, 0>, grid, block, 0, stream, q, ld_q, T, n_heads, kv, mask, scale, out, step, split);
   } else {
-    attention_kernel<kMaxPerLane, 0><<<grid, kAttnWarps * 32, 0, stream>>>(q, ld_q, T, n_heads, kv, mask, scale, out,
-                                                                          step, split);
+    launch_pdl(attention_kernel<kMaxPerLane, 0>, grid, block, 0, stream, q, ld_q, T, n_heads, kv, mask, scale, out, step,
+               split);
   }
 }
 

@@ -85,6 +85,10 @@ void attention_at(const float* q, int64_t ld_q, int64_t T, int64_t n_heads, cons
                   const uint8_t* mask, float scale, float* out, cudaStream_t stream,
                   const AttentionSplit& split = {});
 
+// Programmatic dependent launch for the decode step's kernels (kernels/cuda/pdl.cuh says what
+// it is); process-wide, on by default.
+void set_programmatic_dependent_launch(bool on);
+
 // Deterministic pseudo-random fill (hash of seed and index): uniform in [-scale, scale).
 void fill_uniform_bf16(bf16_bits* out, int64_t n, uint64_t seed, float scale, cudaStream_t stream);
 void fill_f32(float* out, int64_t n, float value, cudaStream_t stream);

@@ -1,5 +1,7 @@
 #include "kernels/cuda/skinny_gemm.h"
 
+#include "kernels/cuda/pdl.cuh"
+
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <mma.h>
@@ -51,15 +53,27 @@ __global__ void __launch_bounds__(kWarps * 32) skinny_kernel(const bf16_bits* __
   const uint4* wrow[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) wrow[r] = reinterpret_cast<const uint4*>(W + (n + r * N) * K);
-  for (int64_t k8 = lane; k8 * 8 < K; k8 += 32) {
+  // The first kPrefetch steps' weights are loaded before waiting for the kernel before this one
+  // (kernels/cuda/pdl.cuh): weights are never written, and their loads then overlap its tail.
+  // 4 steps cover a 512-wide row; SmolLM2's 576 and 1536 finish in the loop.
+  constexpr int kPrefetch = 4;
+  uint4 pre[kRows][kPrefetch];
+#pragma unroll
+  for (int i = 0; i < kPrefetch; ++i) {
+    const int64_t k8 = lane + 32 * i;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) pre[r][i] = k8 * 8 < K ? __ldg(wrow[r] + k8) : make_uint4(0, 0, 0, 0);
+  }
+  pdl_trigger();
+  pdl_wait();
+  float4 ga = make_float4(1.f, 1.f, 1.f, 1.f), gb = ga;
+  auto step = [&](int64_t k8, const uint4 (&wv)[kRows]) {
     float w[kRows][8];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      const uint4 wv = __ldg(wrow[r] + k8);
-      w[r][0] = lo_bf16(wv.x), w[r][1] = hi_bf16(wv.x), w[r][2] = lo_bf16(wv.y), w[r][3] = hi_bf16(wv.y);
-      w[r][4] = lo_bf16(wv.z), w[r][5] = hi_bf16(wv.z), w[r][6] = lo_bf16(wv.w), w[r][7] = hi_bf16(wv.w);
+      w[r][0] = lo_bf16(wv[r].x), w[r][1] = hi_bf16(wv[r].x), w[r][2] = lo_bf16(wv[r].y), w[r][3] = hi_bf16(wv[r].y);
+      w[r][4] = lo_bf16(wv[r].z), w[r][5] = hi_bf16(wv[r].z), w[r][6] = lo_bf16(wv[r].w), w[r][7] = hi_bf16(wv[r].w);
     }
-    float4 ga = make_float4(1.f, 1.f, 1.f, 1.f), gb = ga;
     if constexpr (kNormed) {
       const float4* g = reinterpret_cast<const float4*>(gamma + k8 * 8);
       ga = __ldg(g), gb = __ldg(g + 1);
@@ -68,7 +82,7 @@ __global__ void __launch_bounds__(kWarps * 32) skinny_kernel(const bf16_bits* __
     for (int t = 0; t < TC; ++t) {
       if (t < T) {
         const float4* xr = reinterpret_cast<const float4*>(X + t * ld_x + k8 * 8);
-        float4 a = __ldg(xr), b = __ldg(xr + 1);
+        float4 a = xr[0], b = xr[1];  // written by the kernel before: not through the read-only path
         if constexpr (kNormed) {
           sumsq[t] += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w + b.x * b.x + b.y * b.y + b.z * b.z + b.w * b.w;
           a.x *= ga.x, a.y *= ga.y, a.z *= ga.z, a.w *= ga.w;
@@ -81,6 +95,22 @@ __global__ void __launch_bounds__(kWarps * 32) skinny_kernel(const bf16_bits* __
         }
       }
     }
+  };
+#pragma unroll
+  for (int i = 0; i < kPrefetch; ++i) {
+    const int64_t k8 = lane + 32 * i;
+    if (k8 * 8 < K) {
+      uint4 wv[kRows];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) wv[r] = pre[r][i];
+      step(k8, wv);
+    }
+  }
+  for (int64_t k8 = lane + 32 * kPrefetch; k8 * 8 < K; k8 += 32) {
+    uint4 wv[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) wv[r] = __ldg(wrow[r] + k8);
+    step(k8, wv);
   }
 #pragma unroll
   for (int t = 0; t < TC; ++t) {
@@ -104,7 +134,8 @@ template <Fuse F, int TC>
 void launch(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld_x, int T, float* Y, int64_t ldy,
             bool accumulate, const float* gamma, float eps, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>((N + kWarps - 1) / kWarps);
-  skinny_kernel<TC, F><<<blocks, kWarps * 32, 0, stream>>>(W, N, K, X, ld_x, T, Y, ldy, accumulate, gamma, eps);
+  launch_pdl(skinny_kernel<TC, F>, dim3(blocks), dim3(kWarps * 32), 0, stream, W, N, K, X, ld_x, T, Y, ldy, accumulate,
+             gamma, eps);
 }
 
 template <Fuse F>

@@ -1,0 +1,44 @@
+#pragma once
+// Programmatic dependent launch (Hopper): a kernel launched through launch_pdl() may start while
+// the kernel before it on the stream is still running, once every block of that one has called
+// pdl_trigger(). Each such kernel must call pdl_wait() before it reads or writes anything the
+// kernels before it touch (it waits for their completion and memory); before that, it may only
+// read what no kernel writes (weights). Both calls are no-ops in a kernel launched plainly. In a
+// decode step this overlaps each kernel's launch and weight loads with its predecessor's tail:
+// the step is ~180 small kernels, where launch and latency are most of the time. Kept in the
+// CUDA sources (not model_ops.h) because only kernels/cuda launches kernels.
+#include <cuda_runtime.h>
+
+#include <utility>
+
+namespace specula::cuda {
+
+// On by default; set_programmatic_dependent_launch(false) (model_ops.h) launches plainly, for
+// A/B timing and for ruling it out when a result looks wrong.
+bool programmatic_dependent_launch();
+
+__device__ __forceinline__ void pdl_wait() { cudaGridDependencySynchronize(); }
+__device__ __forceinline__ void pdl_trigger() { cudaTriggerProgrammaticLaunchCompletion(); }
+
+template <typename... KernelArgs, typename... Args>
+void launch_pdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
+                Args&&... args) {
+  if (!programmatic_dependent_launch()) {
+    kernel<<<grid, block, shared_bytes, stream>>>(std::forward<Args>(args)...);
+    return;
+  }
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  // Errors surface through cudaGetLastError like a <<<>>> launch's.
+  (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+}  // namespace specula::cuda
