@@ -2,7 +2,7 @@
 //  1. Timed runs: prefill a prompt, then --tokens decode steps (one token, last logits, host
 //     argmax), --reps times; tokens/s of the decode steps alone, and the weight bytes each step
 //     reads over the step time.
-//  2. With --profile SESSION: one more run under CUPTI capture (profiler/cupti_capture.h) into
+//  2. With --profile SESSION: one more run (without programmatic dependent launch) under CUPTI capture (profiler/cupti_capture.h) into
 //     that session file; its kernel rows give kernels per step, the summed kernel time per step
 //     against the step's wall time (the rest is launch latency, gaps and the host), and the
 //     kernels that take the most time. CUPTI's own cost makes this run slower; its tokens/s is
@@ -94,6 +94,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Greedy decode speed of the CUDA backend and its per-step kernel breakdown (CUPTI)"};
   std::string model_spec = "default", synthetic, profile_path, commit = "unknown", out_path;
   int tokens = 128, reps = 3, prompt_tokens = 0;
+  std::vector<int> verify_nodes;
   bool graphs = true, pdl = true;
   app.add_option("--model", model_spec, "GGUF model path or name (default: the default model)");
   app.add_option("--synthetic", synthetic, "time random weights in these shapes instead (e.g. llama-3.1-8b)");
@@ -104,6 +105,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1000000));
   app.add_option("--graphs", graphs, "replay decode steps as CUDA graphs (true|false)");
   app.add_option("--pdl", pdl, "programmatic dependent launch of the decode kernels (true|false)");
+  app.add_option("--verify-nodes", verify_nodes,
+                 "also time tree verifies of these many draft nodes (a chain after the pending token, all logits, "
+                 "rolled back), median of 50")
+      ->check(CLI::Range(1, 64));
   app.add_option("--profile", profile_path, "also run once under CUPTI capture into this session file");
   app.add_option("--commit", commit, "commit the binary was built from (for the JSON)");
   app.add_option("--out", out_path, "also write the JSON here");
@@ -172,6 +177,47 @@ int main(int argc, char** argv) {
       {"first_run_first_tokens", std::vector<int32_t>(first_tokens.begin(),
                                                       first_tokens.begin() + std::min<size_t>(16, first_tokens.size()))}};
 
+  if (!verify_nodes.empty()) {
+    // After the prompt: [pending, node 1..n] as a chain under its tree mask, every row's logits
+    // (what a speculative round needs), then a rollback, so each repetition sees the same cache.
+    const int64_t V = backend->config().vocab_size;
+    const int max_nodes = *std::max_element(verify_nodes.begin(), verify_nodes.end());
+    auto session = backend->start(16, static_cast<int64_t>(prompt.size()) + max_nodes + 2);
+    if (!session) return fail(session.error().message);
+    std::vector<int32_t> pos(prompt.size());
+    std::iota(pos.begin(), pos.end(), 0);
+    std::vector<float> logits(static_cast<size_t>(V));
+    if (auto st = (*session)->forward(prompt, pos, nullptr, logits, specula::LogitRows::Last); !st) {
+      return fail(st.error().message);
+    }
+    (*session)->commit_all();
+    nlohmann::json verifies = nlohmann::json::array();
+    for (int n : verify_nodes) {
+      const int T = n + 1;
+      std::vector<int32_t> toks(static_cast<size_t>(T)), tpos(static_cast<size_t>(T));
+      std::vector<int> parents(static_cast<size_t>(T));
+      for (int i = 0; i < T; ++i) {
+        toks[static_cast<size_t>(i)] = 1000 + i;
+        tpos[static_cast<size_t>(i)] = static_cast<int32_t>(prompt.size()) + i;
+        parents[static_cast<size_t>(i)] = i - 1;
+      }
+      const auto mask = specula::AttentionMask::from_parents(parents);
+      std::vector<float> all(static_cast<size_t>(T * V));
+      std::vector<double> ms;
+      for (int r = 0; r < 55; ++r) {
+        const auto t0 = Clock::now();
+        if (auto st = (*session)->forward(toks, tpos, &mask, all, specula::LogitRows::All); !st) {
+          return fail(st.error().message);
+        }
+        (*session)->rollback();
+        if (r >= 5) ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      }
+      verifies.push_back({{"nodes", n}, {"rows", T}, {"verify_ms_median", median(ms)},
+                          {"over_decode_step", median(ms) * median(tps) / 1e3}});
+    }
+    results["verify"] = verifies;
+  }
+
   if (!profile_path.empty()) {
     // Capture only the decode steps: it starts after the prefill (whose logits came back, so
     // the GPU is idle) and stops after the last step.
@@ -179,12 +225,16 @@ int main(int argc, char** argv) {
     auto recorder = specula::profiler::record_to(profile_path, specula::ObserveLevel::kSummary);
     if (!recorder) return fail(recorder.error().message);
     std::unique_ptr<specula::profiler::CuptiCapture> capture;
+    // Without programmatic launch: a kernel that starts early and waits for the one before
+    // would show that wait as its own duration.
+    specula::cuda::set_programmatic_dependent_launch(false);
     auto run = run_once(*backend, prompt, tokens, [&]() -> specula::Status {
       auto c = specula::profiler::CuptiCapture::start(*recorder);
       if (!c) return c.error();
       capture = std::move(*c);
       return specula::Status::success();
     });
+    specula::cuda::set_programmatic_dependent_launch(pdl);
     if (!run) return fail(run.error().message);
     if (auto s = capture->stop(); !s) return fail(s.error().message);
     const auto stats = capture->stats();

@@ -347,7 +347,7 @@ struct CudaBackend::Impl {
   }
 
   // Y(T, N) (+)= X(T, K) · W(N, K)ᵀ; W bf16, X f32 (row stride K), f32 compute and out.
-  //  - one row (decode): our skinny kernel, X in f32;
+  //  - where skinny_gemm_pays (one row; up to 4 of a small matrix): our skinny kernel, X in f32;
   //  - up to 16 rows of a small matrix (SmolLM2-sized, a tree verify): our tensor-core kernel;
   //  - else cuBLAS.
   // The last two split X into bf16 hi + lo halves (kernels/cuda/skinny_gemm.h): rounding X to
@@ -356,10 +356,13 @@ struct CudaBackend::Impl {
   // (the weights are read once, what a verify step is bound by) and add_split_halves sums them;
   // above, two GEMMs (a long prefill is compute-bound either way).
   static constexpr int64_t kStackedRows = 64;
+  // Our tensor-core kernel beat cuBLAS on matrices up to about this many weights (SmolLM2's
+  // projections) and lost on Llama-8B's (bench/results/skinny_gemm_h100_2026-11-24.json).
+  static constexpr int64_t kTcMaxWeights = int64_t{4} << 20;
   Status gemm(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t T, float* Y, int64_t ldy,
               bool accumulate) {
-    if (T == 1 && cuda::skinny_gemm(W, N, K, X, K, T, Y, ldy, accumulate, stream)) return {};
-    if (T <= cuda::kSkinnyTcMaxRows && N * K <= (int64_t{4} << 20) &&
+    if (cuda::skinny_gemm_pays(N, K, T) && cuda::skinny_gemm(W, N, K, X, K, T, Y, ldy, accumulate, stream)) return {};
+    if (T <= cuda::kSkinnyTcMaxRows && N * K <= kTcMaxWeights &&
         cuda::skinny_gemm_tc(W, N, K, X, K, T, Y, ldy, accumulate, stream)) {
       return {};
     }
@@ -390,7 +393,11 @@ struct CudaBackend::Impl {
   // skinny GEMM), else RMSNorm into xn and gemm(). X rows have stride K.
   Status gemm_norm(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t T, const float* gamma, float* Y,
                    int64_t ldy) {
-    if (T == 1 && cuda::skinny_gemm_norm(W, N, K, X, K, T, gamma, cfg.rms_eps, Y, ldy, stream)) {
+    if (cuda::skinny_gemm_pays(N, K, T) && cuda::skinny_gemm_norm(W, N, K, X, K, T, gamma, cfg.rms_eps, Y, ldy, stream)) {
+      return {};
+    }
+    if (T <= cuda::kSkinnyTcMaxRows && N * K <= kTcMaxWeights &&
+        cuda::skinny_gemm_tc_norm(W, N, K, X, K, T, gamma, cfg.rms_eps, Y, ldy, stream)) {
       return {};
     }
     cuda::rmsnorm_rows(X, K, gamma, T, K, cfg.rms_eps, xn.get(), stream);
@@ -401,8 +408,18 @@ struct CudaBackend::Impl {
   // RMSNorm, the GEMM into gu and SwiGLU.
   Status gate_up_swiglu(const GpuLayer& L, const float* X, int64_t T) {
     const int64_t dim = cfg.dim, ffn = cfg.ffn_dim;
-    if (T == 1 && cuda::skinny_gemm_norm_swiglu(L.gate_up.get(), ffn, dim, X, dim, T, L.ffn_norm.get(), cfg.rms_eps,
-                                                xn.get(), ffn, stream)) {
+    // The fused gate_up + SwiGLU reads two weight rows per output: on SmolLM2 our f32 kernel beat
+    // the tensor-core one up to 16 rows (11.6 against 17.8 us at 16, skinny_gemm_h100_2026-11-24).
+    const bool f32_pays = cuda::skinny_gemm_pays(2 * ffn, dim, T) ||
+                          (T <= cuda::kSkinnyTcMaxRows && 2 * ffn * dim <= kTcMaxWeights);
+    if (f32_pays &&
+        cuda::skinny_gemm_norm_swiglu(L.gate_up.get(), ffn, dim, X, dim, T, L.ffn_norm.get(), cfg.rms_eps, xn.get(), ffn,
+                                      stream)) {
+      return {};
+    }
+    if (T <= cuda::kSkinnyTcMaxRows && 2 * ffn * dim <= kTcMaxWeights &&
+        cuda::skinny_gemm_tc_norm_swiglu(L.gate_up.get(), ffn, dim, X, dim, T, L.ffn_norm.get(), cfg.rms_eps, xn.get(),
+                                         ffn, stream)) {
       return {};
     }
     cuda::rmsnorm_rows(X, dim, L.ffn_norm.get(), T, dim, cfg.rms_eps, xn.get(), stream);
@@ -460,6 +477,8 @@ class CudaSession final : public BackendSession {
       k.block_size = B_;
       layers_.push_back(k);
     }
+    // One launch moves rows (commit) or recomputes min/max (commit, rollback) in every layer.
+    layer_strides_ = cuda::KvLayerStrides{kv_per_layer, meta_per_layer, static_cast<int>(c.n_layers)};
     return {};
   }
 
@@ -548,7 +567,9 @@ class CudaSession final : public BackendSession {
       const auto& c = b_->cfg;
       if (n > move_capacity_) {
         if (auto ok = move_rows_.allocate(2 * n, "commit rows"); !ok) return ok;
-        if (auto ok = move_scratch_.allocate(n * 2 * c.n_kv_heads * c.head_dim, "commit scratch"); !ok) return ok;
+        if (auto ok = move_scratch_.allocate(c.n_layers * n * 2 * c.n_kv_heads * c.head_dim, "commit scratch"); !ok) {
+          return ok;
+        }
         if (host_rows_) cudaFreeHost(host_rows_);
         host_rows_ = nullptr;
         SPECULA_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&host_rows_), 2 * n * sizeof(int32_t)), "cudaMallocHost");
@@ -566,9 +587,8 @@ class CudaSession final : public BackendSession {
                        "commit");
       if (!rows_uploaded_) SPECULA_CUDA_TRY(cudaEventCreateWithFlags(&rows_uploaded_, cudaEventDisableTiming), "commit");
       SPECULA_CUDA_TRY(cudaEventRecord(rows_uploaded_, b_->stream), "commit");
-      for (const auto& kv : layers_) {
-        cuda::kv_move_rows(kv, move_rows_.get(), move_rows_.get() + n, n, move_scratch_.get(), b_->stream);
-      }
+      cuda::kv_move_rows_layers(layers_.front(), layer_strides_, move_rows_.get(), move_rows_.get() + n, n,
+                                move_scratch_.get(), b_->stream);
     }
     return finish(n);
   }
@@ -585,7 +605,8 @@ class CudaSession final : public BackendSession {
   // Keeps n rows after the committed ones; block min/max is recomputed over the rows present.
   Status finish(int64_t n) {
     const int64_t rows = committed_ + n;
-    for (const auto& kv : layers_) cuda::kv_update_min_max(kv, committed_ / B_, (rows + B_ - 1) / B_, rows, b_->stream);
+    cuda::kv_update_min_max_layers(layers_.front(), layer_strides_, committed_ / B_, (rows + B_ - 1) / B_, rows,
+                                   b_->stream);
     committed_ = rows;
     provisional_ = 0;
     // No wait for the GPU: the moves and min/max run before the next forward on the same stream,
@@ -617,9 +638,8 @@ class CudaSession final : public BackendSession {
         cuda::rope_append_decode_at(b.qkv.get(), c.n_heads, c.n_kv_heads, c.head_dim, pos_dev, c.rope_theta, adjacent,
                                     kv, qd + kvd, step_dev, s);
       } else {
-        cuda::rope_in_place(b.qkv.get(), ld, T, c.n_heads, c.n_kv_heads, c.head_dim, pos_dev, c.rope_theta, adjacent, s);
-        cuda::kv_append_at(kv, b.qkv.get(), ld, qd, qd + kvd, T, step_dev, s);
-        cuda::kv_update_min_max_at(kv, T, step_dev, s);
+        cuda::rope_append_at(b.qkv.get(), ld, T, c.n_heads, c.n_kv_heads, c.head_dim, pos_dev, c.rope_theta, adjacent, kv,
+                             qd + kvd, step_dev, s);
       }
       cuda::attention_at(b.qkv.get(), ld, T, c.n_heads, kv, step_dev, mask_dev, scale, b.att.get(), s,
                          T <= kMaxGraphRows ? split_ : cuda::AttentionSplit{});
@@ -669,6 +689,7 @@ class CudaSession final : public BackendSession {
   CudaBackend::Impl* b_;
   std::map<int64_t, cudaGraphExec_t> graphs_;  // by shape key (launch_graph)
   cuda::AttentionSplit split_;                  // attention over long contexts (init())
+  cuda::KvLayerStrides layer_strides_;          // layers_[l] = layers_[0] + l strides
   DeviceBuffer<float> split_partial_;
   DeviceBuffer<int32_t> split_counters_;
   int32_t* host_rows_ = nullptr;               // pinned staging of commit()'s row moves (from, to)

@@ -102,7 +102,8 @@ __global__ void kv_append_kernel(PagedKvLayer kv, const float* __restrict__ qkv,
 // grid (blocks, n_kv_heads), threads over head_dim. With `step`, the blocks are those of rows
 // [first_new, first_new + new_rows) and rows_present = first_new + new_rows.
 __global__ void kv_min_max_kernel(PagedKvLayer kv, int64_t block_begin, int64_t rows_present,
-                                  const int32_t* __restrict__ step, int64_t new_rows) {
+                                  const int32_t* __restrict__ step, int64_t new_rows, KvLayerStrides strides) {
+  strides.apply(kv, blockIdx.z);
   if (step) {
     const int64_t first_new = step[kStepFirstNew];
     block_begin = first_new / kv.block_size;
@@ -132,16 +133,19 @@ __global__ void kv_min_max_kernel(PagedKvLayer kv, int64_t block_begin, int64_t 
 // rotation pairs. The block's min/max covers exactly rows [block start, first_new) when a
 // forward starts (the *_at launches and the commit's recompute keep it so), so the new row
 // updates it incrementally; exact, since min and max of bf16 values round nothing.
-__global__ void rope_append_decode_kernel(float* __restrict__ qkv, int64_t n_heads, int64_t head_dim,
-                                          const int32_t* __restrict__ positions, float theta, bool adjacent,
-                                          PagedKvLayer kv, int64_t v_col,
-                                          const int32_t* __restrict__ step) {
+// kMinMax false (several new rows, grid (heads, T), row stride ld): RoPE and the append only;
+// the block min/max then comes from kv_update_min_max_at, as rows of one block may race here.
+template <bool kMinMax>
+__global__ void rope_append_kernel(float* __restrict__ qkv, int64_t ld, int64_t n_heads, int64_t head_dim,
+                                   const int32_t* __restrict__ positions, float theta, bool adjacent, PagedKvLayer kv,
+                                   int64_t v_col, const int32_t* __restrict__ step) {
   pdl_trigger();
   pdl_wait();
-  const int64_t h = blockIdx.x, half = head_dim / 2, i = threadIdx.x;
+  const int64_t h = blockIdx.x, t = blockIdx.y, half = head_dim / 2, i = threadIdx.x;
   if (i >= half) return;
+  qkv += t * ld;
   float* v = qkv + h * head_dim;
-  const float pos = static_cast<float>(positions[0]);
+  const float pos = static_cast<float>(positions[t]);
   const float inv_freq = 1.0f / powf(theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
   const float angle = pos * inv_freq;
   const float c = static_cast<float>(cos(static_cast<double>(angle)));
@@ -155,7 +159,7 @@ __global__ void rope_append_decode_kernel(float* __restrict__ qkv, int64_t n_hea
     return;
   }
   const int64_t kh = h - n_heads;  // a key head: into the cache, with its value
-  const int64_t row = step[kStepFirstNew];
+  const int64_t row = step[kStepFirstNew] + t;
   const int64_t base = slot_row(kv, row, kh);
   const bf16_bits k0 = to_bf(r0), k1 = to_bf(r1);
   kv.keys[base + a] = k0;
@@ -163,6 +167,7 @@ __global__ void rope_append_decode_kernel(float* __restrict__ qkv, int64_t n_hea
   const float* vrow = qkv + v_col + kh * head_dim;
   kv.values[base + a] = to_bf(vrow[a]);
   kv.values[base + b] = to_bf(vrow[b]);
+  if constexpr (!kMinMax) return;
   const int64_t meta = (static_cast<int64_t>(kv.block_table[row / kv.block_size]) * kv.n_kv_heads + kh) * head_dim;
   const bool first_in_block = row % kv.block_size == 0;
   const float f0 = bf(k0), f1 = bf(k1);
@@ -174,7 +179,9 @@ __global__ void rope_append_decode_kernel(float* __restrict__ qkv, int64_t n_hea
 
 // grid (n, n_kv_heads); gather (to_scratch) or scatter.
 __global__ void kv_move_kernel(PagedKvLayer kv, const int32_t* __restrict__ rows, bf16_bits* __restrict__ scratch,
-                               bool to_scratch) {
+                               bool to_scratch, KvLayerStrides strides, int64_t n) {
+  strides.apply(kv, blockIdx.z);
+  scratch += blockIdx.z * n * kv.n_kv_heads * 2 * kv.head_dim;
   const int64_t i = blockIdx.x, h = blockIdx.y;
   const int64_t base = slot_row(kv, rows[i], h);
   bf16_bits* s = scratch + (i * kv.n_kv_heads + h) * 2 * kv.head_dim;
@@ -457,30 +464,52 @@ void kv_append_at(const PagedKvLayer& kv, const float* qkv, int64_t ld, int64_t 
 void kv_update_min_max(const PagedKvLayer& kv, int64_t block_begin, int64_t block_end, int64_t rows_present,
                        cudaStream_t stream) {
   if (block_end <= block_begin) return;
-  kv_min_max_kernel<<<dim3(static_cast<unsigned>(block_end - block_begin), static_cast<unsigned>(kv.n_kv_heads)), 128,
-                      0, stream>>>(kv, block_begin, rows_present, nullptr, 0);
+  kv_update_min_max_layers(kv, KvLayerStrides{}, block_begin, block_end, rows_present, stream);
+}
+
+void kv_update_min_max_layers(const PagedKvLayer& first, const KvLayerStrides& strides, int64_t block_begin,
+                              int64_t block_end, int64_t rows_present, cudaStream_t stream) {
+  if (block_end <= block_begin) return;
+  const dim3 grid(static_cast<unsigned>(block_end - block_begin), static_cast<unsigned>(first.n_kv_heads),
+                  static_cast<unsigned>(strides.layers));
+  kv_min_max_kernel<<<grid, 128, 0, stream>>>(first, block_begin, rows_present, nullptr, 0, strides);
 }
 
 void kv_update_min_max_at(const PagedKvLayer& kv, int64_t T, const int32_t* step, cudaStream_t stream) {
   // T new rows touch at most ceil(T / B) + 1 blocks; the kernel drops the ones past the last row.
   const auto blocks = static_cast<unsigned>((T + kv.block_size - 1) / kv.block_size + 1);
-  kv_min_max_kernel<<<dim3(blocks, static_cast<unsigned>(kv.n_kv_heads)), 128, 0, stream>>>(kv, 0, 0, step, T);
+  kv_min_max_kernel<<<dim3(blocks, static_cast<unsigned>(kv.n_kv_heads)), 128, 0, stream>>>(kv, 0, 0, step, T,
+                                                                                             KvLayerStrides{});
 }
 
 void rope_append_decode_at(float* qkv, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, const int32_t* positions,
                            float theta, bool adjacent, const PagedKvLayer& kv, int64_t v_col, const int32_t* step,
                            cudaStream_t stream) {
   const auto threads = static_cast<unsigned>((head_dim / 2 + 31) / 32 * 32);
-  launch_pdl(rope_append_decode_kernel, dim3(static_cast<unsigned>(n_heads + n_kv_heads)), dim3(threads), 0, stream, qkv,
-             n_heads, head_dim, positions, theta, adjacent, kv, v_col, step);
+  launch_pdl(rope_append_kernel<true>, dim3(static_cast<unsigned>(n_heads + n_kv_heads)), dim3(threads), 0, stream, qkv,
+             int64_t{0}, n_heads, head_dim, positions, theta, adjacent, kv, v_col, step);
+}
+
+void rope_append_at(float* qkv, int64_t ld, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                    const int32_t* positions, float theta, bool adjacent, const PagedKvLayer& kv, int64_t v_col,
+                    const int32_t* step, cudaStream_t stream) {
+  const auto threads = static_cast<unsigned>((head_dim / 2 + 31) / 32 * 32);
+  launch_pdl(rope_append_kernel<false>, dim3(static_cast<unsigned>(n_heads + n_kv_heads), static_cast<unsigned>(T)),
+             dim3(threads), 0, stream, qkv, ld, n_heads, head_dim, positions, theta, adjacent, kv, v_col, step);
+  kv_update_min_max_at(kv, T, step, stream);
 }
 
 void kv_move_rows(const PagedKvLayer& kv, const int32_t* from, const int32_t* to, int64_t n, bf16_bits* scratch,
                   cudaStream_t stream) {
+  kv_move_rows_layers(kv, KvLayerStrides{}, from, to, n, scratch, stream);
+}
+
+void kv_move_rows_layers(const PagedKvLayer& first, const KvLayerStrides& strides, const int32_t* from,
+                         const int32_t* to, int64_t n, bf16_bits* scratch, cudaStream_t stream) {
   if (n <= 0) return;
-  const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(kv.n_kv_heads));
-  kv_move_kernel<<<grid, 128, 0, stream>>>(kv, from, scratch, true);
-  kv_move_kernel<<<grid, 128, 0, stream>>>(kv, to, scratch, false);
+  const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(first.n_kv_heads), static_cast<unsigned>(strides.layers));
+  kv_move_kernel<<<grid, 128, 0, stream>>>(first, from, scratch, true, strides, n);
+  kv_move_kernel<<<grid, 128, 0, stream>>>(first, to, scratch, false, strides, n);
 }
 
 void attention_at(const float* q, int64_t ld_q, int64_t T, int64_t n_heads, const PagedKvLayer& kv, const int32_t* step,

@@ -5,6 +5,13 @@
 // Every launch is asynchronous on `stream`; callers check cudaGetLastError.
 #include <cstdint>
 
+// Callable from kernels and from plain C++ (this header is included by .cpp files too).
+#if defined(__CUDACC__)
+#define SPECULA_HOST_DEVICE __host__ __device__
+#else
+#define SPECULA_HOST_DEVICE
+#endif
+
 typedef struct CUstream_st* cudaStream_t;
 
 namespace specula::cuda {
@@ -54,6 +61,29 @@ void kv_update_min_max_at(const PagedKvLayer& kv, int64_t T, const int32_t* step
 void rope_append_decode_at(float* qkv, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, const int32_t* positions,
                            float theta, bool adjacent, const PagedKvLayer& kv, int64_t v_col, const int32_t* step,
                            cudaStream_t stream);
+// T new tokens: rope_in_place + kv_append_at (one launch) + kv_update_min_max_at. Same results.
+void rope_append_at(float* qkv, int64_t ld, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                    const int32_t* positions, float theta, bool adjacent, const PagedKvLayer& kv, int64_t v_col,
+                    const int32_t* step, cudaStream_t stream);
+// Several layers of one cache in one launch: layer l's arrays sit at the first layer's plus
+// l·kv (keys, values) and l·meta (key_min, key_max) elements; the block table is shared.
+struct KvLayerStrides {
+  int64_t kv = 0;
+  int64_t meta = 0;
+  int layers = 1;
+  SPECULA_HOST_DEVICE void apply(PagedKvLayer& layer, unsigned l) const {
+    layer.keys += l * kv;
+    layer.values += l * kv;
+    layer.key_min += l * meta;
+    layer.key_max += l * meta;
+  }
+};
+// Recomputes key_min/key_max of logical blocks [block_begin, block_end) over rows < rows_present.
+void kv_update_min_max_layers(const PagedKvLayer& first, const KvLayerStrides& strides, int64_t block_begin,
+                              int64_t block_end, int64_t rows_present, cudaStream_t stream);
+// Copies n rows in every layer (scratch: layers · n · 2·n_kv·head_dim bf16); see kv_move_rows.
+void kv_move_rows_layers(const PagedKvLayer& first, const KvLayerStrides& strides, const int32_t* from,
+                         const int32_t* to, int64_t n, bf16_bits* scratch, cudaStream_t stream);
 // Recomputes key_min/key_max of logical blocks [block_begin, block_end) over rows < rows_present.
 void kv_update_min_max(const PagedKvLayer& kv, int64_t block_begin, int64_t block_end, int64_t rows_present,
                        cudaStream_t stream);

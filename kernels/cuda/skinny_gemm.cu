@@ -178,34 +178,65 @@ bool run(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld_x,
 // every projection cost up to 3e-2 relative L2 in SmolLM2's logits). The weights are read once
 // whatever T is, so 16 rows cost about what one does. The warps' f32 partial tiles are summed
 // in shared memory.
-constexpr int kTcWarps = 4;
+constexpr int kTcWarps = 8;
 constexpr int kTile = 16;
 
+// F as for the f32 kernel: kNorm multiplies X by gamma as it converts it, sums x² per row (each
+// warp over its k-tiles, the warps' sums added in shared memory) and scales the result by the
+// row's 1/rms; kNormSwiGlu also keeps a second accumulator for the up rows (n + N) and writes
+// silu(gate) · up. Launched with programmatic dependent launch: no weight is read early here
+// (the tiles go straight into fragments), but the launch overlaps the kernel before.
+template <Fuse F>
 __global__ void __launch_bounds__(kTcWarps * 32) skinny_tc_kernel(const bf16_bits* __restrict__ W, int64_t N,
                                                                    int64_t K, const float* __restrict__ X, int64_t ld_x,
                                                                    int T, float* __restrict__ Y, int64_t ldy,
-                                                                   bool accumulate) {
+                                                                   bool accumulate, const float* __restrict__ gamma,
+                                                                   float eps) {
   using namespace nvcuda;
+  constexpr bool kNormed = F != Fuse::kPlain;
+  constexpr int kAcc = F == Fuse::kNormSwiGlu ? 2 : 1;
   __shared__ __align__(32) __nv_bfloat16 x_hi[kTcWarps][kTile * kTile];  // (t, k) = [t * 16 + k]
   __shared__ __align__(32) __nv_bfloat16 x_lo[kTcWarps][kTile * kTile];
-  __shared__ __align__(32) float partial[kTcWarps][kTile * kTile];       // (n, t) = [n * 16 + t]
+  __shared__ __align__(32) float partial[kAcc][kTcWarps][kTile * kTile];  // (n, t) = [n * 16 + t]
+  __shared__ float sumsq[kTcWarps][kTile];
+  pdl_trigger();
+  pdl_wait();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTile;
-  wmma::fragment<wmma::accumulator, kTile, kTile, kTile, float> acc;
-  wmma::fill_fragment(acc, 0.0f);
-  wmma::fragment<wmma::matrix_a, kTile, kTile, kTile, __nv_bfloat16, wmma::row_major> a;
-  wmma::fragment<wmma::matrix_b, kTile, kTile, kTile, __nv_bfloat16, wmma::col_major> b;
+  wmma::fragment<wmma::accumulator, kTile, kTile, kTile, float> acc[kAcc];
+#pragma unroll
+  for (int r = 0; r < kAcc; ++r) wmma::fill_fragment(acc[r], 0.0f);
+  wmma::fragment<wmma::matrix_b, kTile, kTile, kTile, __nv_bfloat16, wmma::col_major> b_hi, b_lo;
   const auto* w = reinterpret_cast<const __nv_bfloat16*>(W);
   // Each lane converts 8 of the tile's 256 values: row t = lane / 2, columns (lane % 2) * 8 + 0..7.
   const int t = lane >> 1, c0 = (lane & 1) * 8;
-  for (int64_t k = static_cast<int64_t>(warp) * kTile; k < K; k += kTcWarps * kTile) {
+  float ss = 0.0f;  // this lane's share of row t's sum of squares
+  // The weight fragments of the warp's next k-tile are loaded before this one's products, so a
+  // load is always in flight (one at a time, each load's latency was paid in turn).
+  wmma::fragment<wmma::matrix_a, kTile, kTile, kTile, __nv_bfloat16, wmma::row_major> next[kAcc];
+  const int64_t k_first = static_cast<int64_t>(warp) * kTile;
+  if (k_first < K) {
+#pragma unroll
+    for (int r = 0; r < kAcc; ++r) wmma::load_matrix_sync(next[r], w + (n0 + r * N) * K + k_first, static_cast<unsigned>(K));
+  }
+  for (int64_t k = k_first; k < K; k += kTcWarps * kTile) {
     __nv_bfloat16* hi = x_hi[warp] + t * kTile + c0;
     __nv_bfloat16* lo = x_lo[warp] + t * kTile + c0;
     float v[8] = {};
     if (t < T) {
       const float4* xr = reinterpret_cast<const float4*>(X + t * ld_x + k + c0);
-      const float4 p = __ldg(xr), q = __ldg(xr + 1);
+      const float4 p = xr[0], q = xr[1];  // written by the kernel before: not the read-only path
       v[0] = p.x, v[1] = p.y, v[2] = p.z, v[3] = p.w, v[4] = q.x, v[5] = q.y, v[6] = q.z, v[7] = q.w;
+      if constexpr (kNormed) {
+        const float4* g = reinterpret_cast<const float4*>(gamma + k + c0);
+        const float4 ga = __ldg(g), gb = __ldg(g + 1);
+        const float gs[8] = {ga.x, ga.y, ga.z, ga.w, gb.x, gb.y, gb.z, gb.w};
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          ss += v[i] * v[i];
+          v[i] *= gs[i];
+        }
+      }
     }
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
@@ -213,24 +244,67 @@ __global__ void __launch_bounds__(kTcWarps * 32) skinny_tc_kernel(const bf16_bit
       lo[i] = __float2bfloat16_rn(v[i] - __bfloat162float(hi[i]));
     }
     __syncwarp();
-    wmma::load_matrix_sync(a, w + n0 * K + k, static_cast<unsigned>(K));
-    wmma::load_matrix_sync(b, x_hi[warp], kTile);
-    wmma::mma_sync(acc, a, b, acc);
-    wmma::load_matrix_sync(b, x_lo[warp], kTile);
-    wmma::mma_sync(acc, a, b, acc);
+    wmma::load_matrix_sync(b_hi, x_hi[warp], kTile);
+    wmma::load_matrix_sync(b_lo, x_lo[warp], kTile);
+    wmma::fragment<wmma::matrix_a, kTile, kTile, kTile, __nv_bfloat16, wmma::row_major> cur[kAcc];
+#pragma unroll
+    for (int r = 0; r < kAcc; ++r) cur[r] = next[r];
+    if (k + kTcWarps * kTile < K) {
+#pragma unroll
+      for (int r = 0; r < kAcc; ++r) {
+        wmma::load_matrix_sync(next[r], w + (n0 + r * N) * K + k + kTcWarps * kTile, static_cast<unsigned>(K));
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kAcc; ++r) {
+      wmma::mma_sync(acc[r], cur[r], b_hi, acc[r]);
+      wmma::mma_sync(acc[r], cur[r], b_lo, acc[r]);
+    }
     __syncwarp();
   }
-  wmma::store_matrix_sync(partial[warp], acc, kTile, wmma::mem_row_major);
+#pragma unroll
+  for (int r = 0; r < kAcc; ++r) wmma::store_matrix_sync(partial[r][warp], acc[r], kTile, wmma::mem_row_major);
+  if constexpr (kNormed) {
+    ss += __shfl_xor_sync(0xffffffffu, ss, 1);  // the two lanes of row t
+    if ((lane & 1) == 0) sumsq[warp][t] = ss;
+  }
   __syncthreads();
   for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
     const int n = i / kTile, tt = i % kTile;
     if (tt >= T || n0 + n >= N) continue;
     float sum = 0.0f;
 #pragma unroll
-    for (int v = 0; v < kTcWarps; ++v) sum += partial[v][i];
+    for (int v = 0; v < kTcWarps; ++v) sum += partial[0][v][i];
+    if constexpr (kNormed) {
+      float row_ss = 0.0f;
+#pragma unroll
+      for (int v = 0; v < kTcWarps; ++v) row_ss += sumsq[v][tt];
+      const float inv = rsqrtf(row_ss / static_cast<float>(K) + eps);
+      sum *= inv;
+      if constexpr (F == Fuse::kNormSwiGlu) {
+        float up = 0.0f;
+#pragma unroll
+        for (int v = 0; v < kTcWarps; ++v) up += partial[kAcc - 1][v][i];
+        sum = sum / (1.0f + expf(-sum)) * (up * inv);
+      }
+    }
     float* y = Y + tt * ldy + n0 + n;
     *y = accumulate ? *y + sum : sum;
   }
+}
+
+template <Fuse F>
+bool run_tc(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld_x, int64_t T, float* Y, int64_t ldy,
+            bool accumulate, const float* gamma, float eps, cudaStream_t stream) {
+  const bool aligned = reinterpret_cast<uintptr_t>(W) % 32 == 0 && reinterpret_cast<uintptr_t>(X) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(gamma) % 16 == 0;
+  if (T < 1 || T > kSkinnyTcMaxRows || N < kTile || N % kTile != 0 || K < kTile || K % kTile != 0 || ld_x % 4 != 0 ||
+      !aligned) {
+    return false;
+  }
+  launch_pdl(skinny_tc_kernel<F>, dim3(static_cast<unsigned>(N / kTile)), dim3(kTcWarps * 32), 0, stream, W, N, K, X,
+             ld_x, static_cast<int>(T), Y, ldy, accumulate, gamma, eps);
+  return true;
 }
 
 __global__ void f32_to_bf16_split_kernel(const float* __restrict__ in, int64_t n, bf16_bits* __restrict__ hi,
@@ -282,14 +356,19 @@ bool skinny_gemm_norm_swiglu(const bf16_bits* W, int64_t ffn, int64_t K, const f
 
 bool skinny_gemm_tc(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld_x, int64_t T, float* Y,
                     int64_t ldy, bool accumulate, cudaStream_t stream) {
-  const bool aligned = reinterpret_cast<uintptr_t>(W) % 32 == 0 && reinterpret_cast<uintptr_t>(X) % 16 == 0;
-  if (T < 1 || T > kSkinnyTcMaxRows || N < kTile || N % kTile != 0 || K < kTile || K % kTile != 0 || ld_x % 4 != 0 ||
-      !aligned) {
-    return false;
-  }
-  skinny_tc_kernel<<<static_cast<unsigned>(N / kTile), kTcWarps * 32, 0, stream>>>(W, N, K, X, ld_x, static_cast<int>(T),
-                                                                                   Y, ldy, accumulate);
-  return true;
+  return run_tc<Fuse::kPlain>(W, N, K, X, ld_x, T, Y, ldy, accumulate, nullptr, 0.0f, stream);
+}
+
+bool skinny_gemm_tc_norm(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld_x, int64_t T,
+                         const float* gamma, float eps, float* Y, int64_t ldy, cudaStream_t stream) {
+  if (gamma == nullptr) return false;
+  return run_tc<Fuse::kNorm>(W, N, K, X, ld_x, T, Y, ldy, false, gamma, eps, stream);
+}
+
+bool skinny_gemm_tc_norm_swiglu(const bf16_bits* W, int64_t ffn, int64_t K, const float* X, int64_t ld_x, int64_t T,
+                                const float* gamma, float eps, float* Y, int64_t ldy, cudaStream_t stream) {
+  if (gamma == nullptr) return false;
+  return run_tc<Fuse::kNormSwiGlu>(W, ffn, K, X, ld_x, T, Y, ldy, false, gamma, eps, stream);
 }
 
 void add_split_halves(const float* y2, int64_t T, int64_t N, float* Y, int64_t ldy, bool accumulate,

@@ -4,8 +4,8 @@
 // the size of SmolLM2's small projections, our kernel 3-6 us at 1-4 rows, and at one row it also
 // streams Llama-8B's weights a little faster (bench/results/skinny_gemm_h100_2026-11-22.json). It
 // reads X once per weight element and row from L1, so above a few rows cuBLAS's tiled GEMM wins:
-// skinny_gemm_pays() says where. Keeping X in f32 was also meant to close the CUDA backend's
-// logits gap against the CPU; it did not (docs/correctness.md).
+// skinny_gemm_pays() says where. X stays f32, as the CPU's: rounding a projection's input to
+// bf16 cost up to 3e-2 relative L2 in SmolLM2's logits (docs/correctness.md).
 #include <cstdint>
 
 typedef struct CUstream_st* cudaStream_t;
@@ -16,9 +16,13 @@ using bf16_bits = uint16_t;
 
 inline constexpr int64_t kSkinnyMaxRows = 64;
 
-// Where the skinny kernel beat cuBLAS's bf16 GEMM in that file: one row always, and up to 4
-// rows for matrices of at most 4M weights (there both take a few microseconds).
-inline bool skinny_gemm_pays(int64_t N, int64_t K, int64_t T) { return T == 1 || (T <= 4 && N * K <= (int64_t{4} << 20)); }
+// Where the skinny kernel beats cuBLAS's bf16 GEMM and our tensor-core kernel: one row always,
+// and up to 8 rows for matrices of at most 4M weights (there all take a few microseconds).
+// (bench/results/skinny_gemm_h100_2026-11-24.json: on SmolLM2's projections our kernel at 8
+// rows still matches the tensor-core one, which wins from 12 rows on the narrow ones.)
+inline bool skinny_gemm_pays(int64_t N, int64_t K, int64_t T) {
+  return T == 1 || (T <= 8 && N * K <= (int64_t{4} << 20));
+}
 
 // W: (N, K) row-major bf16; X: (T, K) f32, row stride ld_x; Y: (T, N) f32, row stride ldy.
 // Needs K % 8 == 0, ld_x % 4 == 0, 16-byte aligned W and X, and 1 ≤ T ≤ kSkinnyMaxRows; returns
@@ -43,6 +47,12 @@ bool skinny_gemm_norm_swiglu(const bf16_bits* W, int64_t ffn, int64_t K, const f
 inline constexpr int64_t kSkinnyTcMaxRows = 16;
 bool skinny_gemm_tc(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld_x, int64_t T, float* Y,
                     int64_t ldy, bool accumulate, cudaStream_t stream);
+// The tensor-core path with skinny_gemm_norm's and skinny_gemm_norm_swiglu's fusions (a tree
+// verify's RMSNorm + QKV and RMSNorm + gate_up + SwiGLU in one kernel each).
+bool skinny_gemm_tc_norm(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld_x, int64_t T,
+                         const float* gamma, float eps, float* Y, int64_t ldy, cudaStream_t stream);
+bool skinny_gemm_tc_norm_swiglu(const bf16_bits* W, int64_t ffn, int64_t K, const float* X, int64_t ld_x, int64_t T,
+                                const float* gamma, float eps, float* Y, int64_t ldy, cudaStream_t stream);
 
 // hi[i] = bf16(in[i]), lo[i] = bf16(in[i] − hi[i]): hi + lo carries ~16 significant bits of
 // in[i]. Two bf16 GEMMs, over hi and then lo, give products within ~1e-5 of f32 X.

@@ -279,10 +279,34 @@ TEST_F(ModelOpsTest, FusedDecodeRopeAppendEqualsTheSeparateLaunches) {
         const auto a = download(qa, qd), b = download(qb, qd);  // the rotated queries
         ASSERT_EQ(a, b) << "queries, step " << r << " hd " << hd << " adjacent " << adjacent;
       }
+      {  // then 5 rows at once (a tree verify): rope_append_at against the three launches
+        const int64_t T = 5;
+        const auto rows = random(T * ld, 2.0f);
+        const std::vector<int32_t> st = {int32_t(steps), int32_t(steps)}, ps = {300, 301, 301, 302, 302};
+        float *ra = nullptr, *rb = nullptr;
+        ASSERT_EQ(cudaMalloc(&ra, T * ld * 4), cudaSuccess);
+        ASSERT_EQ(cudaMalloc(&rb, T * ld * 4), cudaSuccess);
+        int32_t* pos_t = upload(ps);
+        ASSERT_EQ(cudaMemcpy(ra, rows.data(), T * ld * 4, cudaMemcpyHostToDevice), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(rb, rows.data(), T * ld * 4, cudaMemcpyHostToDevice), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(step, st.data(), 8, cudaMemcpyHostToDevice), cudaSuccess);
+        rope_in_place(ra, ld, T, heads, kv_heads, hd, pos_t, 10000.0f, adjacent, nullptr);
+        kv_append_at(separate, ra, ld, qd, qd + kvd, T, step, nullptr);
+        kv_update_min_max_at(separate, T, step, nullptr);
+        rope_append_at(rb, ld, T, heads, kv_heads, hd, pos_t, 10000.0f, adjacent, fused, qd + kvd, step, nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const auto a = download(ra, T * ld), b = download(rb, T * ld);
+        for (int64_t t = 0; t < T; ++t) {
+          for (int64_t c = 0; c < qd; ++c) ASSERT_EQ(a[t * ld + c], b[t * ld + c]) << "query " << t << "," << c;
+        }
+        cudaFree(ra);
+        cudaFree(rb);
+        cudaFree(pos_t);
+      }
       const size_t n_kv = blocks * kv_heads * B * hd, n_meta = blocks * kv_heads * hd;
       EXPECT_EQ(download(separate.keys, n_kv), download(fused.keys, n_kv)) << "hd " << hd;
       EXPECT_EQ(download(separate.values, n_kv), download(fused.values, n_kv)) << "hd " << hd;
-      // Every block holds rows (40 rows over 3 blocks of 16), so all metadata is live.
+      // Every block holds rows (45 rows over 3 blocks of 16), so all metadata is live.
       EXPECT_EQ(download(separate.key_min, n_meta), download(fused.key_min, n_meta)) << "hd " << hd;
       EXPECT_EQ(download(separate.key_max, n_meta), download(fused.key_max, n_meta)) << "hd " << hd;
       for (PagedKvLayer* kv : {&separate, &fused}) {

@@ -138,8 +138,10 @@ TEST_F(SkinnyGemmTest, TensorCorePathMatchesDoubleReferenceOverF32Inputs) {
 }
 
 // The fused decode variants against RMSNorm, the product and SwiGLU done separately in double.
+// ffn 504 (not a multiple of 16) runs the f32 kernels; 496 the tensor-core ones too, up to 16 rows.
 TEST_F(SkinnyGemmTest, NormAndSwiGluFusionsMatchTheSeparateSteps) {
-  const int64_t ffn = 504, K = 576;  // SmolLM2's hidden size; ffn not a multiple of 8
+ for (const int64_t ffn : {int64_t{504}, int64_t{496}}) {
+  const int64_t K = 576;  // SmolLM2's hidden size
   const int64_t ld_x = K + 8;
   const float eps = 1e-5f;
   const auto wf = random(2 * ffn * K, 0.05f);
@@ -195,6 +197,14 @@ TEST_F(SkinnyGemmTest, NormAndSwiGluFusionsMatchTheSeparateSteps) {
     ASSERT_TRUE(skinny_gemm_norm_swiglu(dw, ffn, K, dx, ld_x, T, dg, eps, dy, ffn, nullptr));
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     check(swiglu_out, ffn, "norm + swiglu");
+    if (ffn % 16 == 0 && T <= kSkinnyTcMaxRows) {
+      ASSERT_TRUE(skinny_gemm_tc_norm(dw, 2 * ffn, K, dx, ld_x, T, dg, eps, dy, 2 * ffn, nullptr));
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      check(norm_out, 2 * ffn, "tensor-core norm");
+      ASSERT_TRUE(skinny_gemm_tc_norm_swiglu(dw, ffn, K, dx, ld_x, T, dg, eps, dy, ffn, nullptr));
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      check(swiglu_out, ffn, "tensor-core norm + swiglu");
+    }
   }
   EXPECT_FALSE(skinny_gemm_norm(dw, 2 * ffn, K, dx, ld_x, 1, nullptr, eps, dy, 2 * ffn, nullptr));  // no gamma
   EXPECT_FALSE(skinny_gemm_norm_swiglu(dw, ffn, K, dx, ld_x, 1, dg + 1, eps, dy, ffn, nullptr));  // misaligned
@@ -203,6 +213,7 @@ TEST_F(SkinnyGemmTest, NormAndSwiGluFusionsMatchTheSeparateSteps) {
   cudaFree(dy);
   cudaFree(dg);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+ }
 }
 
 TEST_F(SkinnyGemmTest, RefusesShapesItDoesNotCover) {
