@@ -6,7 +6,8 @@ old.json -> new.json holds, by design (values chosen so the percentages are exac
   (+5%, worse), skinny_GBps 300 -> 400 (+33.3%, better); rows=4 skinny_us 5 -> 5.05 (+1%, worse);
   projection=o only in old, projection=down only in new; decode_tokens_per_s_runs medians
   100 -> 125 (+25%, better); timings.weight_count 200 -> 220 (+10%, no direction);
-  timings.prefill_seconds unchanged; only_in_old / only_in_new / extra_GBps one-sided.
+  timings.prefill_seconds unchanged; only_in_old / only_in_new / extra_GBps one-sided;
+  first_tokens (token ids) differ but are no metric.
 """
 import importlib.machinery
 import importlib.util
@@ -98,6 +99,15 @@ class JsonComparison(unittest.TestCase):
         self.assertAlmostEqual(m["change_pct"], 25.0)
         self.assertEqual(m["verdict"], "better")
         self.assertEqual((m["summary"], m["old_runs"], m["new_runs"]), ("median", 3, 3))
+
+    def test_token_id_lists_are_not_metrics(self):
+        names = {name for _, name in self.metrics}
+        self.assertNotIn("first_tokens", names)  # differ between the files, but ids have no median
+        module = load_module()
+        for name in ("first_tokens", "prompt_ids", "tokens", "ids"):
+            self.assertTrue(module.is_id_list(name), name)
+        for name in ("decode_tokens_per_s_runs", "steps_per_s_with", "prefill_ms_runs"):
+            self.assertFalse(module.is_id_list(name), name)
 
     def test_device_and_host_are_not_metrics(self):
         names = {name for _, name in self.metrics}
