@@ -93,9 +93,10 @@ def gguf_add_bos(path):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                epilog="Example: python3 bench/peers/hf_generate.py --model-dir models "
-                                       "--new-tokens 128 --reps 5 --out bench/results/hf_generate_h100.json")
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="Example (GPU machine, gguf wheel installed in /tmp/site): "
+                                       "PYTHONPATH=/tmp/site python3 bench/peers/hf_generate.py --model-dir /tmp/models "
+                                       "--new-tokens 128 --reps 5 --out $OUT/hf_generate_h100.json")
     p.add_argument("--model-dir", default="models", help="folder holding the GGUF file (default: models)")
     p.add_argument("--model-file", default="SmolLM2-135M-Instruct.Q4_1.gguf", help="GGUF file name in --model-dir")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu is for checking the script")
