@@ -328,6 +328,12 @@ __global__ void add_split_halves_kernel(const float* __restrict__ y2, int64_t T,
   }
 }
 
+// A grid-stride launch over n elements: 256 threads a block, at most 65535 blocks.
+unsigned grid_for(int64_t n) {
+  const int64_t blocks = (n + 255) / 256;
+  return static_cast<unsigned>(blocks < 65535 ? blocks : 65535);
+}
+
 __global__ void f32_to_bf16_kernel(const float* __restrict__ in, int64_t n, bf16_bits* __restrict__ out) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -374,21 +380,17 @@ bool skinny_gemm_tc_norm_swiglu(const bf16_bits* W, int64_t ffn, int64_t K, cons
 void add_split_halves(const float* y2, int64_t T, int64_t N, float* Y, int64_t ldy, bool accumulate,
                       cudaStream_t stream) {
   if (T <= 0 || N <= 0) return;
-  const int64_t blocks = (T * N + 255) / 256;
-  add_split_halves_kernel<<<static_cast<unsigned>(blocks < 65536 ? blocks : 65536), 256, 0, stream>>>(y2, T, N, Y, ldy,
-                                                                                                      accumulate);
+  add_split_halves_kernel<<<grid_for(T * N), 256, 0, stream>>>(y2, T, N, Y, ldy, accumulate);
 }
 
 void f32_to_bf16_split(const float* in, int64_t n, bf16_bits* hi, bf16_bits* lo, cudaStream_t stream) {
   if (n <= 0) return;
-  const int64_t blocks = (n + 255) / 256;
-  f32_to_bf16_split_kernel<<<static_cast<unsigned>(blocks < 65536 ? blocks : 65536), 256, 0, stream>>>(in, n, hi, lo);
+  f32_to_bf16_split_kernel<<<grid_for(n), 256, 0, stream>>>(in, n, hi, lo);
 }
 
 void f32_to_bf16(const float* in, int64_t n, bf16_bits* out, cudaStream_t stream) {
   if (n <= 0) return;
-  const int64_t blocks = (n + 255) / 256;
-  f32_to_bf16_kernel<<<static_cast<unsigned>(blocks < 65536 ? blocks : 65536), 256, 0, stream>>>(in, n, out);
+  f32_to_bf16_kernel<<<grid_for(n), 256, 0, stream>>>(in, n, out);
 }
 
 }  // namespace specula::cuda

@@ -283,22 +283,16 @@ TEST_F(CudaBackendTest, DecodeGraphReplaysTheLaunchedKernelsExactly) {
     int32_t tok = argmax(l);
     for (int step = 0; step < 24; ++step) {
       int32_t p = static_cast<int32_t>((*a)->committed());
-      if (step == 8) {  // a 3-node tree, keep the root and one child
-        const std::vector<int32_t> toks = {tok, 500, 600}, tpos = {p, p + 1, p + 1};
-        const auto mask = AttentionMask::from_parents(std::vector<int>{-1, 0, 0});
+      // A 3-node tree at step 8 (keep the root and one child), and the same shape with another
+      // mask at step 10 (a chain, all kept): the graph must read the new mask.
+      if (step == 8 || step == 10) {
+        const bool chain = step == 10;
+        const std::vector<int32_t> toks = {tok, chain ? 700 : 500, chain ? 800 : 600};
+        const std::vector<int32_t> tpos = {p, p + 1, chain ? p + 2 : p + 1};
+        const auto mask = AttentionMask::from_parents(std::vector<int>{-1, 0, chain ? 1 : 0});
         std::vector<float> all(3 * V);
         ASSERT_TRUE((*a)->forward(toks, tpos, &mask, all, LogitRows::All));
-        ASSERT_TRUE((*a)->commit(std::vector<int>{0, 2}));
-        trace.insert(trace.end(), all.begin(), all.end());
-        tok = argmax(all, 2 * V, V);
-        continue;
-      }
-      if (step == 10) {  // the same shape with another mask (a chain): the graph reads the new one
-        const std::vector<int32_t> toks = {tok, 700, 800}, tpos = {p, p + 1, p + 2};
-        const auto mask = AttentionMask::from_parents(std::vector<int>{-1, 0, 1});
-        std::vector<float> all(3 * V);
-        ASSERT_TRUE((*a)->forward(toks, tpos, &mask, all, LogitRows::All));
-        ASSERT_TRUE((*a)->commit(std::vector<int>{0, 1, 2}));
+        ASSERT_TRUE((*a)->commit(chain ? std::vector<int>{0, 1, 2} : std::vector<int>{0, 2}));
         trace.insert(trace.end(), all.begin(), all.end());
         tok = argmax(all, 2 * V, V);
         continue;

@@ -5,7 +5,9 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <cstdio>
 #include <random>
 #include <vector>
@@ -17,7 +19,7 @@ namespace specula::cuda {
 namespace {
 
 class SkinnyGemmTest : public ::testing::Test {
- protected:
+ public:
   void SetUp() override {
     if (device_count() == 0) {
       std::puts("skipped: no GPU");
@@ -33,34 +35,46 @@ class SkinnyGemmTest : public ::testing::Test {
     for (auto& x : v) x = u(rng_);
     return v;
   }
+  struct Bf16Weights {
+    std::vector<uint16_t> bits;
+    std::vector<double> values;  // the same weights, exactly
+  };
+  Bf16Weights bf16_weights(size_t n, float scale) {
+    const auto f = random(n, scale);
+    Bf16Weights w{std::vector<uint16_t>(n), std::vector<double>(n)};
+    for (size_t i = 0; i < n; ++i) {
+      const __nv_bfloat16 b = __float2bfloat16_rn(f[i]);
+      w.bits[i] = __bfloat16_as_ushort(b);
+      w.values[i] = __bfloat162float(b);
+    }
+    return w;
+  }
   unsigned seed_ = 0;
   std::mt19937 rng_;
 };
 
-TEST_F(SkinnyGemmTest, MatchesDoubleReferenceForEveryRowCount) {
-  const int64_t N = 1000, K = 1544;  // N not a multiple of the 8 rows a block takes
-  const int64_t ld_x = K + 4;        // a padded row stride
-  const auto wf = random(N * K, 0.05f);
-  std::vector<uint16_t> w(wf.size());
-  std::vector<float> w_rounded(wf.size());
-  for (size_t i = 0; i < wf.size(); ++i) {
-    const __nv_bfloat16 b = __float2bfloat16_rn(wf[i]);
-    w[i] = __bfloat16_as_ushort(b);
-    w_rounded[i] = __bfloat162float(b);
-  }
+using Gemm = bool (*)(const uint16_t*, int64_t, int64_t, const float*, int64_t, int64_t, float*, int64_t, bool,
+                      cudaStream_t);
+
+// One kernel against a double-precision product over the same bf16 weights and the f32 X, for
+// each row count, overwriting and accumulating.
+void expect_matches_double(SkinnyGemmTest& test, Gemm gemm, int64_t N, int64_t K, std::initializer_list<int64_t> rows,
+                           const char* kernel) {
+  const int64_t ld_x = K + 4;  // a padded row stride
+  const auto w = test.bf16_weights(N * K, 0.05f);
+  const int64_t max_T = std::max(rows);
   uint16_t* dw = nullptr;
   float *dx = nullptr, *dy = nullptr;
-  const int64_t max_T = kSkinnyMaxRows;
-  ASSERT_EQ(cudaMalloc(&dw, w.size() * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dw, w.bits.size() * 2), cudaSuccess);
   ASSERT_EQ(cudaMalloc(&dx, max_T * ld_x * 4), cudaSuccess);
   ASSERT_EQ(cudaMalloc(&dy, max_T * N * 4), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(dw, w.data(), w.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
-  for (int64_t T : {1, 2, 3, 5, 8, 13, 16, 17, 32, 33, 64}) {
+  ASSERT_EQ(cudaMemcpy(dw, w.bits.data(), w.bits.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  for (int64_t T : rows) {
     for (bool accumulate : {false, true}) {
-      const auto x = random(T * ld_x, 2.0f), y0 = random(T * N, 1.0f);
+      const auto x = test.random(T * ld_x, 2.0f), y0 = test.random(T * N, 1.0f);
       ASSERT_EQ(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
       ASSERT_EQ(cudaMemcpy(dy, y0.data(), y0.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-      ASSERT_TRUE(skinny_gemm(dw, N, K, dx, ld_x, T, dy, N, accumulate, nullptr));
+      ASSERT_TRUE(gemm(dw, N, K, dx, ld_x, T, dy, N, accumulate, nullptr)) << kernel;
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       std::vector<float> y(T * N);
       ASSERT_EQ(cudaMemcpy(y.data(), dy, y.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
@@ -68,16 +82,17 @@ TEST_F(SkinnyGemmTest, MatchesDoubleReferenceForEveryRowCount) {
       for (int64_t t = 0; t < T; ++t) {
         for (int64_t n = 0; n < N; ++n) {
           double ref = accumulate ? y0[t * N + n] : 0.0;
-          for (int64_t k = 0; k < K; ++k) ref += double(w_rounded[n * K + k]) * x[t * ld_x + k];
+          for (int64_t k = 0; k < K; ++k) ref += w.values[n * K + k] * x[t * ld_x + k];
           const double d = y[t * N + n] - ref;
           num += d * d;
           den += ref * ref;
           worst = std::max(worst, std::abs(d));
         }
       }
-      // f32 accumulation over 1544 products of size ~0.05: well under 1e-5 relative.
-      EXPECT_LT(std::sqrt(num / den), 1e-5) << "T " << T << " accumulate " << accumulate;
-      EXPECT_LT(worst, 1e-3) << "T " << T << " accumulate " << accumulate;
+      // f32 accumulation over ~1550 products of size ~0.05: well under 1e-5 relative (the
+      // tensor-core kernel's hi + lo split of X keeps ~16 significant bits, also under it).
+      EXPECT_LT(std::sqrt(num / den), 1e-5) << kernel << " T " << T << " accumulate " << accumulate;
+      EXPECT_LT(worst, 1e-3) << kernel << " T " << T << " accumulate " << accumulate;
     }
   }
   cudaFree(dw);
@@ -86,55 +101,26 @@ TEST_F(SkinnyGemmTest, MatchesDoubleReferenceForEveryRowCount) {
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
-// The tensor-core path splits X into bf16 hi + lo: against a double product over bf16 W and the
-// f32 X, for every row count it takes, as tight as the f32 kernel.
+TEST_F(SkinnyGemmTest, MatchesDoubleReferenceForEveryRowCount) {
+  // N not a multiple of the 8 rows a block takes.
+  expect_matches_double(*this, skinny_gemm, 1000, 1544, {1, 2, 3, 5, 8, 13, 16, 17, 32, 33, 64}, "skinny");
+}
+
 TEST_F(SkinnyGemmTest, TensorCorePathMatchesDoubleReferenceOverF32Inputs) {
-  const int64_t N = 1008, K = 1552;  // multiples of 16, not of 64
-  const int64_t ld_x = K + 4;
-  const auto wf = random(N * K, 0.05f);
-  std::vector<uint16_t> w(wf.size());
-  std::vector<double> wr(wf.size());
-  for (size_t i = 0; i < wf.size(); ++i) {
-    const __nv_bfloat16 b = __float2bfloat16_rn(wf[i]);
-    w[i] = __bfloat16_as_ushort(b);
-    wr[i] = __bfloat162float(b);
-  }
+  // Multiples of 16 (its tiles), not of 64.
+  expect_matches_double(*this, skinny_gemm_tc, 1008, 1552, {1, 2, 3, 5, 8, 13, 16}, "tensor-core");
   uint16_t* dw = nullptr;
   float *dx = nullptr, *dy = nullptr;
-  ASSERT_EQ(cudaMalloc(&dw, w.size() * 2), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&dx, kSkinnyTcMaxRows * ld_x * 4), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&dy, kSkinnyTcMaxRows * N * 4), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(dw, w.data(), w.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
-  for (int64_t T : {1, 2, 3, 5, 8, 13, 16}) {
-    for (bool accumulate : {false, true}) {
-      const auto x = random(T * ld_x, 2.0f), y0 = random(T * N, 1.0f);
-      ASSERT_EQ(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-      ASSERT_EQ(cudaMemcpy(dy, y0.data(), y0.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-      ASSERT_TRUE(skinny_gemm_tc(dw, N, K, dx, ld_x, T, dy, N, accumulate, nullptr));
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      std::vector<float> y(T * N);
-      ASSERT_EQ(cudaMemcpy(y.data(), dy, y.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-      double num = 0, den = 0;
-      for (int64_t t = 0; t < T; ++t) {
-        for (int64_t n = 0; n < N; ++n) {
-          double ref = accumulate ? y0[t * N + n] : 0.0;
-          for (int64_t k = 0; k < K; ++k) ref += wr[n * K + k] * x[t * ld_x + k];
-          const double d = y[t * N + n] - ref;
-          num += d * d;
-          den += ref * ref;
-        }
-      }
-      EXPECT_LT(std::sqrt(num / den), 1e-5) << "T " << T << " accumulate " << accumulate;
-    }
-  }
-  EXPECT_FALSE(skinny_gemm_tc(dw, N, K, dx, ld_x, kSkinnyTcMaxRows + 1, dy, N, false, nullptr));
-  EXPECT_FALSE(skinny_gemm_tc(dw, 1000, K, dx, ld_x, 2, dy, N, false, nullptr));  // N not a multiple of 16
-  EXPECT_FALSE(skinny_gemm_tc(dw, N, 1544, dx, ld_x, 2, dy, N, false, nullptr));  // K not a multiple of 16
-  EXPECT_FALSE(skinny_gemm_tc(dw + 8, N, K, dx, ld_x, 2, dy, N, false, nullptr));  // W not 32-byte aligned
+  ASSERT_EQ(cudaMalloc(&dw, 1008 * 1552 * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dx, 32 * 1556 * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dy, 32 * 1008 * 4), cudaSuccess);
+  EXPECT_FALSE(skinny_gemm_tc(dw, 1008, 1552, dx, 1556, kSkinnyTcMaxRows + 1, dy, 1008, false, nullptr));
+  EXPECT_FALSE(skinny_gemm_tc(dw, 1000, 1552, dx, 1556, 2, dy, 1008, false, nullptr));  // N not a multiple of 16
+  EXPECT_FALSE(skinny_gemm_tc(dw, 1008, 1544, dx, 1556, 2, dy, 1008, false, nullptr));  // K not a multiple of 16
+  EXPECT_FALSE(skinny_gemm_tc(dw + 8, 1008, 1552, dx, 1556, 2, dy, 1008, false, nullptr));  // W not 32-byte aligned
   cudaFree(dw);
   cudaFree(dx);
   cudaFree(dy);
-  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
 // The fused decode variants against RMSNorm, the product and SwiGLU done separately in double.
@@ -144,14 +130,9 @@ TEST_F(SkinnyGemmTest, NormAndSwiGluFusionsMatchTheSeparateSteps) {
   const int64_t K = 576;  // SmolLM2's hidden size
   const int64_t ld_x = K + 8;
   const float eps = 1e-5f;
-  const auto wf = random(2 * ffn * K, 0.05f);
-  std::vector<uint16_t> w(wf.size());
-  std::vector<double> wr(wf.size());
-  for (size_t i = 0; i < wf.size(); ++i) {
-    const __nv_bfloat16 b = __float2bfloat16_rn(wf[i]);
-    w[i] = __bfloat16_as_ushort(b);
-    wr[i] = __bfloat162float(b);
-  }
+  const auto weights = bf16_weights(2 * ffn * K, 0.05f);
+  const std::vector<uint16_t>& w = weights.bits;
+  const std::vector<double>& wr = weights.values;
   auto gamma = random(K, 1.0f);
   for (auto& g : gamma) g += 1.5f;  // RMSNorm weights sit around 1; never zero
   uint16_t* dw = nullptr;
