@@ -45,6 +45,19 @@ int argmax(const std::vector<float>& v, size_t offset = 0, size_t n = 0) {
   return static_cast<int>(std::max_element(v.begin() + offset, v.begin() + offset + n) - v.begin() - offset);
 }
 
+// The prompt at positions 0.., committed; last-position logits into `logits`.
+bool prefill(BackendSession& session, const std::vector<int32_t>& prompt, std::vector<float>& logits) {
+  std::vector<int32_t> pos(prompt.size());
+  std::iota(pos.begin(), pos.end(), 0);
+  const Status s = session.forward(prompt, pos, nullptr, logits, LogitRows::Last);
+  if (!s) {
+    ADD_FAILURE() << s.error().message;
+    return false;
+  }
+  session.commit_all();
+  return true;
+}
+
 class CudaBackendTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -189,13 +202,8 @@ TEST_F(CudaBackendTest, LongContextSplitAttentionMatchesCpu) {
   auto cs = cpu_->start(16, 1024);
   auto gs = cuda_->start(16, 1024);
   ASSERT_TRUE(cs && gs);
-  std::vector<int32_t> pos(prompt.size());
-  std::iota(pos.begin(), pos.end(), 0);
   std::vector<float> lc(V), lg(V);
-  ASSERT_TRUE((*cs)->forward(prompt, pos, nullptr, lc, LogitRows::Last));
-  ASSERT_TRUE((*gs)->forward(prompt, pos, nullptr, lg, LogitRows::Last));
-  (*cs)->commit_all();
-  (*gs)->commit_all();
+  ASSERT_TRUE(prefill(**cs, prompt, lc) && prefill(**gs, prompt, lg));
   double worst = rel_l2(lg, lc);
   for (int step = 0; step < 8; ++step) {
     int32_t tok = argmax(lc), p = static_cast<int32_t>((*cs)->committed());
@@ -225,13 +233,8 @@ TEST_F(CudaBackendTest, TreeMaskedForwardAndCommitMatchCpu) {
   auto cs = cpu_->start(16, 256);
   auto gs = cuda_->start(16, 256);
   ASSERT_TRUE(cs && gs);
-  std::vector<int32_t> pos(prompt.size());
-  std::iota(pos.begin(), pos.end(), 0);
   std::vector<float> lc(V), lg(V);
-  ASSERT_TRUE((*cs)->forward(prompt, pos, nullptr, lc, LogitRows::Last));
-  ASSERT_TRUE((*gs)->forward(prompt, pos, nullptr, lg, LogitRows::Last));
-  (*cs)->commit_all();
-  (*gs)->commit_all();
+  ASSERT_TRUE(prefill(**cs, prompt, lc) && prefill(**gs, prompt, lg));
   const int32_t n0 = static_cast<int32_t>(prompt.size());
   // Tree: 0 root; 1,2 children of 0; 3 child of 1; 4 child of 2.
   const std::vector<int> parents = {-1, 0, 0, 1, 2};
