@@ -32,12 +32,19 @@ int run_generate_on_backend(const GenerateArgs& args) {
   if (args.synthetic && args.backend == "cpu") {
     return fail("--synthetic needs --backend cuda (the random weights are generated on the GPU)");
   }
-  const bool cpu_only_options = args.spec.drafter != "none" || args.shadow || args.record || args.precision != "f32";
-  if (!explicit_cuda) {
-    if (args.backend == "cpu" || cpu_only_options || resolve_backend_kind("auto") != "cuda") return kUseCpuGenerate;
-  } else if (cpu_only_options) {
-    return fail("--backend cuda runs plain decoding only for now: --drafter, --shadow, --record and --precision int8 "
-                "need --backend cpu");
+  // Speculative runs, shadows, recordings and sparse presets go through the speculative engine,
+  // which picks its backend itself (commands.cpp, engine_backend).
+  const bool engine_run = args.spec.drafter != "none" || args.shadow || args.record || args.spec.sparse != "strict" ||
+                          args.spec.sparse_config.has_value();
+  if (args.synthetic && engine_run) {
+    return fail("--synthetic runs plain decoding only (random weights draft and record nothing meaningful)");
+  }
+  if (engine_run) return kUseCpuGenerate;
+  if (explicit_cuda && args.precision != "f32") {
+    return fail("--precision int8 is a CPU option (the CUDA backend computes in bf16 and f32); use --backend cpu");
+  }
+  if (!explicit_cuda && (args.backend == "cpu" || args.precision != "f32" || resolve_backend_kind("auto") != "cuda")) {
+    return kUseCpuGenerate;
   }
 
   auto text = prompt_text(args);

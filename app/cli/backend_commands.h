@@ -4,8 +4,9 @@
 
 namespace specula::cli {
 
-// Returned by run_generate_on_backend when the run belongs to the CPU path of run_generate
-// (--backend cpu, or auto without a GPU, or auto with options only the CPU path has).
+// Returned by run_generate_on_backend when the run belongs to run_generate's own paths: plain
+// decoding on the CPU (--backend cpu, auto without a GPU, int8), or the speculative engine
+// (a drafter, --shadow, --record, sparse verification), which picks its backend itself.
 inline constexpr int kUseCpuGenerate = -1;
 
 // Plain decoding on the CUDA backend; an exit code, or kUseCpuGenerate.

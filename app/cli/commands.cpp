@@ -18,6 +18,7 @@
 #include "engine/model/model_identity.h"
 #include "engine/sparse/sparse_setup.h"
 #include "engine/spec/acceptance.h"
+#include "engine/backend/cuda_backend.h"
 #include "engine/spec/drafters.h"
 #include "engine/spec/speculative.h"
 #include "engine/text/utf8_stream.h"
@@ -174,6 +175,34 @@ std::string quoted_token(const Model& m, int32_t id) {
   return id < 0 ? std::string("(end)") : std::to_string(id) + " " + dump(nlohmann::json(m.tokenizer.token_bytes(id)));
 }
 
+// The backend a speculative engine runs on: --backend, where auto means the GPU when one is
+// present and the run needs nothing only the CPU has (int8 activations, sparse verification,
+// a model family the CUDA backend lacks).
+Expected<std::unique_ptr<TransformerBackend>> engine_backend(const std::string& kind, const Model& model, int threads,
+                                                             Precision precision, const SparseConfig& sparse) {
+  const bool cpu_only = precision != Precision::Default || !sparse.strict() || !cuda_backend_supports(model.config);
+  std::string resolved = kind;
+  if (kind == "auto") resolved = resolve_backend_kind("auto") == "cuda" && !cpu_only ? "cuda" : "cpu";
+  if (resolved == "cuda") {
+    if (precision != Precision::Default) {
+      return make_error("--precision int8 is a CPU option (the CUDA backend computes in bf16 and f32); use --backend cpu");
+    }
+    if (!sparse.strict()) {
+      return make_error("sparse verification (--sparse, --sparse-config) runs on the CPU backend only for now; use "
+                        "--backend cpu");
+    }
+    if (!cuda_backend_supports(model.config)) {
+      return make_error("the CUDA backend does not run " + model.config.architecture +
+                        " models of this kind (MoE, q/k norms, attention biases or clipping); use --backend cpu");
+    }
+  }
+  BackendOptions options;
+  options.kind = resolved;
+  options.threads = threads;
+  options.precision = precision;
+  return make_backend(model, options);
+}
+
 int run_speculative(const GenerateArgs& args, const Model& model, std::span<const int32_t> prompt,
                     const GenerateOptions& plain_options) {
   auto drafter = make_drafter(args.spec, model, args.threads, args.kv_block_size);
@@ -188,7 +217,13 @@ int run_speculative(const GenerateArgs& args, const Model& model, std::span<cons
     if (!started) return fail(started.error().message);
     recording = std::move(*started);
   }
-  SpeculativeEngine engine(model, args.threads, plain_options.precision);
+  auto backend = engine_backend(args.backend, model, args.threads, plain_options.precision, options.sparse);
+  if (!backend) return fail(backend.error().message);
+  SpeculativeEngine engine(model, std::move(*backend));
+  if (!args.json && engine.backend().name() != "cpu") {
+    std::fprintf(stderr, "specula-cli: %s backend on %s; the drafter runs on the CPU\n", engine.backend().name().c_str(),
+                 engine.backend().device().c_str());
+  }
   Utf8Stream stream;
   const TokenCallback on_token = stdout_streamer(args.json, stream);
   auto result = engine.generate(prompt, drafter->get(), options, on_token);
@@ -205,7 +240,16 @@ int run_speculative(const GenerateArgs& args, const Model& model, std::span<cons
   std::optional<GenerateResult> shadow;
   std::optional<Divergence> divergence;
   if (args.shadow) {
-    auto plain = generate(model, prompt, plain_options, nullptr);
+    // Plain decoding on the same backend: on the CPU the plain generator, elsewhere the engine's
+    // loop without a drafter.
+    Expected<GenerateResult> plain = make_error("shadow: no run");
+    if (engine.cpu_transformer()) {
+      plain = generate(model, prompt, plain_options, nullptr);
+    } else if (auto r = engine.generate(prompt, nullptr, options, nullptr); r) {
+      plain = GenerateResult{r->tokens, r->text, r->timings, r->stopped_by_eos};
+    } else {
+      plain = r.error();
+    }
     if (!plain) return fail("shadow: " + plain.error().message);
     divergence = first_divergence(result->tokens, plain->tokens);
     shadow = std::move(*plain);
@@ -228,6 +272,7 @@ int run_speculative(const GenerateArgs& args, const Model& model, std::span<cons
           {"accept", result->acceptance},
           {"lossless", result->lossless},
           {"controller", options.controller.enabled}}},
+        {"backend", {{"name", engine.backend().name()}, {"device", engine.backend().device()}}},
         {"metrics", to_json(m)},
         {"sparse", options.sparse.to_json()},
     };
@@ -382,7 +427,9 @@ int run_specbench(const SpecbenchArgs& args) {
   auto sparse = sparse_config(args.spec, *model);
   if (!sparse) return fail(sparse.error().message);
   options.sparse = *sparse;
-  SpeculativeEngine engine(*model, args.threads, parse_precision(args.precision));
+  auto backend = engine_backend(args.backend, *model, args.threads, parse_precision(args.precision), options.sparse);
+  if (!backend) return fail(backend.error().message);
+  SpeculativeEngine engine(*model, std::move(*backend));
 
   struct Totals {
     int items = 0;
@@ -444,7 +491,9 @@ int run_specbench(const SpecbenchArgs& args) {
                            {"controller", options.controller.enabled},
                            {"max_tokens", args.max_tokens},
                            {"limit_per_category", args.limit},
-                           {"threads", engine.transformer().threads()},
+                           {"backend", engine.backend().name()},
+                           {"device", engine.backend().device()},
+                           {"threads", engine.cpu_transformer() ? engine.cpu_transformer()->threads() : 0},
                            {"precision", args.precision},
                            {"overall", overall.to_json()}};
   for (const auto& name : order) report["categories"][name] = categories[name].to_json();
@@ -457,8 +506,9 @@ int run_specbench(const SpecbenchArgs& args) {
     std::puts(dump(report).c_str());
     return 0;
   }
-  std::printf("specbench: %s, drafter %s, tree %s, accept %s, %d tokens per item\n", model->path.filename().c_str(),
-              (*drafter)->name().c_str(), options.tree.to_string().c_str(), options.accept.c_str(), args.max_tokens);
+  std::printf("specbench: %s on %s, drafter %s, tree %s, accept %s, %d tokens per item\n",
+              model->path.filename().c_str(), engine.backend().device().c_str(), (*drafter)->name().c_str(),
+              options.tree.to_string().c_str(), options.accept.c_str(), args.max_tokens);
   std::printf("%-16s %6s %10s %12s %12s %8s\n", "category", "items", "accepted", "plain tok/s", "spec tok/s", "speedup");
   auto row = [](const std::string& name, const nlohmann::json& j) {
     std::printf("%-16s %6d %10.2f %12.1f %12.1f %7.2fx\n", name.c_str(), j["items"].get<int>(),

@@ -68,6 +68,7 @@ struct SpecbenchArgs {
   std::optional<std::string> out;  // also write the JSON report here
   SpeculationArgs spec;
   std::string precision = "f32";
+  std::string backend = "auto";  // auto | cpu | cuda, as generate's
 };
 
 // A Spec-Bench style JSONL file's first turns (limit: items per category, 0 = all); the eight

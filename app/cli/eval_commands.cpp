@@ -204,7 +204,7 @@ int run_eval(const EvalArgs& args) {
   SpeculativeEngine engine(*model, args.threads);
   // Every run of an item starts from the same dense prefill; it is computed once per item.
   PrefillCache prefill_cache;
-  engine.transformer().set_prefill_cache(&prefill_cache);
+  engine.cpu_transformer()->set_prefill_cache(&prefill_cache);  // a CPU engine
   const auto runner = eval::make_engine_sweep_runner(engine, drafter->get(), base, configured);
   bool shown = false;
   const eval::EvalProgress progress = [&args, &shown](size_t done, size_t total, const eval::ItemResult& last) {
@@ -228,7 +228,7 @@ int run_eval(const EvalArgs& args) {
                         {"controller", false},  // make_engine_runner speculates every round
                         {"context", args.context},
                         {"kv_block_size", args.kv_block_size},
-                        {"threads", engine.transformer().threads()},
+                        {"threads", engine.cpu_transformer()->threads()},
                         {"first_item", args.first}};
     if (!names.empty()) {
       j["name"] = names[i];

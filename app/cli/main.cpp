@@ -78,7 +78,9 @@ int main(int argc, char** argv) {
                        "Target matmul activations: f32 (matches transformers to ~1e-6) | int8 (faster, ~1e-2 logit error)")
       ->check(CLI::IsMember({"f32", "int8"}))
       ->capture_default_str();
-  generate->add_option("--backend", gen.backend, "Where the model runs: auto (cuda when a GPU is present) | cpu | cuda")
+  generate->add_option("--backend", gen.backend,
+                       "Where the model runs: auto (cuda when a GPU is present and the run needs nothing CPU-only: int8, "
+                       "sparse verification, MoE) | cpu | cuda; speculative drafters run on the CPU")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
   generate->add_option("--synthetic", gen.synthetic,
@@ -110,6 +112,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1024))->capture_default_str();
   specbench->add_option("--kv-block-size", bench.kv_block_size, "Tokens per KV-cache block (8..128)")
       ->check(CLI::Range(8, 128))->capture_default_str();
+  specbench->add_option("--backend", bench.backend,
+                        "Where the target runs: auto (cuda when a GPU is present and the run needs nothing CPU-only) | "
+                        "cpu | cuda; drafters run on the CPU")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
   specbench->add_flag("--json", bench.json, "Print the JSON report instead of the table");
   specbench->add_option("--out", bench.out, "Also write the JSON report to this file");
   add_speculation_flags(specbench, bench.spec);

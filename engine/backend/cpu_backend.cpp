@@ -11,8 +11,8 @@ class CpuSession final : public BackendSession {
  public:
   CpuSession(CpuTransformer& transformer, KvCache kv) : transformer_(&transformer), kv_(std::move(kv)) {}
   Status forward(std::span<const int32_t> tokens, std::span<const int32_t> positions, const AttentionMask* mask,
-                 std::span<float> logits, LogitRows rows) override {
-    return transformer_->forward(tokens, positions, mask, kv_, logits, rows);
+                 std::span<float> logits, LogitRows rows, const ForwardContext* context) override {
+    return transformer_->forward(tokens, positions, mask, kv_, logits, rows, context);
   }
   Status commit(std::span<const int> keep_rows) override { return kv_.commit(keep_rows); }
   void commit_all() override { kv_.commit_all(); }

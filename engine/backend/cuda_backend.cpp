@@ -483,11 +483,14 @@ class CudaSession final : public BackendSession {
   }
 
   Status forward(std::span<const int32_t> tokens, std::span<const int32_t> positions, const AttentionMask* mask,
-                 std::span<float> logits, LogitRows rows) override {
+                 std::span<float> logits, LogitRows rows, const ForwardContext* context) override {
     auto& b = *b_;
     const auto& c = b.cfg;
     const auto T = static_cast<int64_t>(tokens.size());
     if (T == 0) return make_error("forward: no tokens");
+    if (context && context->sparse && !context->sparse->strict()) {
+      return make_error("forward: sparse verification is not supported on the CUDA backend yet (use --backend cpu)");
+    }
     if (static_cast<int64_t>(positions.size()) != T) {
       return make_error("forward: " + std::to_string(T) + " tokens but " + std::to_string(positions.size()) +
                         " positions");

@@ -19,8 +19,7 @@ class BackendSession {
   // token sees the committed rows and the new tokens `mask` allows (nullptr = causal).
   // logits: (n, vocab) for LogitRows::All, (vocab) for Last. Same contract as
   // CpuTransformer::forward.
-  virtual Status forward(std::span<const int32_t> tokens, std::span<const int32_t> positions,
-                         const AttentionMask* mask, std::span<float> logits, LogitRows rows) = 0;
+  virtual Status forward(std::span<const int32_t> tokens, std::span<const int32_t> positions, const AttentionMask* mask, std::span<float> logits, LogitRows rows, const ForwardContext* context = nullptr) = 0;
   // Keeps provisional rows keep_rows[0], keep_rows[1], ... (relative to the first provisional
   // row) as the next committed rows; drops the rest.
   virtual Status commit(std::span<const int> keep_rows) = 0;

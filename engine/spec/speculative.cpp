@@ -5,6 +5,7 @@
 #include <numeric>
 #include <random>
 
+#include "engine/backend/cpu_backend.h"
 #include "engine/observer/phase_span.h"
 #include "engine/spec/acceptance.h"
 #include "engine/spec/sampling_filters.h"
@@ -77,39 +78,80 @@ std::optional<Divergence> first_divergence(std::span<const int32_t> speculative,
                     n < plain.size() ? plain[n] : -1};
 }
 
-Status verify_forward(CpuTransformer& target, KvCache& kv, int32_t pending, const DraftTree& tree,
-                      std::span<float> logits, const ForwardContext* context) {
+namespace {
+
+// The verify batch of a round: [pending, node 0, ..., node n-1] at positions P, P + depth, the
+// tree mask, and (with a context) the rows in traversal order.
+struct VerifyBatch {
+  std::vector<int32_t> tokens, positions, order;
+  AttentionMask mask;
+};
+
+VerifyBatch verify_batch(int32_t P, int32_t pending, const DraftTree& tree, const ForwardContext* context) {
   const int n = tree.size();
-  const auto P = static_cast<int32_t>(kv.committed());
-  std::vector<int32_t> tokens(static_cast<size_t>(n + 1));
-  std::vector<int32_t> positions(static_cast<size_t>(n + 1));
+  VerifyBatch b;
+  b.tokens.resize(static_cast<size_t>(n + 1));
+  b.positions.resize(static_cast<size_t>(n + 1));
   std::vector<int> parents(static_cast<size_t>(n + 1));
-  tokens[0] = pending;
-  positions[0] = P;
+  b.tokens[0] = pending;
+  b.positions[0] = P;
   parents[0] = -1;
   for (DraftNodeId id = 0; id < n; ++id) {
     const DraftNode& node = tree.node(id);
-    tokens[static_cast<size_t>(id + 1)] = node.token;
-    positions[static_cast<size_t>(id + 1)] = P + node.depth;
+    b.tokens[static_cast<size_t>(id + 1)] = node.token;
+    b.positions[static_cast<size_t>(id + 1)] = P + node.depth;
     parents[static_cast<size_t>(id + 1)] = node.parent + 1;  // the root (-1) is the pending token, row 0
   }
-  const AttentionMask mask = AttentionMask::from_parents(parents);
-  if (!context) return target.forward(tokens, positions, &mask, kv, logits, LogitRows::All);
-  // Rows in traversal order: the pending token first, then the nodes (row = id + 1).
-  std::vector<int32_t> order = {0};
-  const TraversalOrder traversal = context->sparse ? context->sparse->order : TraversalOrder::kBfs;
-  for (DraftNodeId id : tree.traversal(traversal)) order.push_back(id + 1);
-  ForwardContext with_order = *context;
-  with_order.query_order = order;
-  return target.forward(tokens, positions, &mask, kv, logits, LogitRows::All, &with_order);
+  b.mask = AttentionMask::from_parents(parents);
+  if (context) {
+    // Rows in traversal order: the pending token first, then the nodes (row = id + 1).
+    b.order = {0};
+    const TraversalOrder traversal = context->sparse ? context->sparse->order : TraversalOrder::kBfs;
+    for (DraftNodeId id : tree.traversal(traversal)) b.order.push_back(id + 1);
+  }
+  return b;
 }
 
-SpeculativeEngine::SpeculativeEngine(const Model& target, int threads, Precision precision)
-    : model_(&target), transformer_(target, CpuTransformerOptions{threads, precision}) {}
+ForwardContext with_order(const ForwardContext* context, const VerifyBatch& b) {
+  ForwardContext c = *context;
+  c.query_order = b.order;
+  return c;
+}
+
+}  // namespace
+
+Status verify_forward(CpuTransformer& target, KvCache& kv, int32_t pending, const DraftTree& tree,
+                      std::span<float> logits, const ForwardContext* context) {
+  const VerifyBatch b = verify_batch(static_cast<int32_t>(kv.committed()), pending, tree, context);
+  if (!context) return target.forward(b.tokens, b.positions, &b.mask, kv, logits, LogitRows::All);
+  const ForwardContext c = with_order(context, b);
+  return target.forward(b.tokens, b.positions, &b.mask, kv, logits, LogitRows::All, &c);
+}
+
+Status verify_forward(BackendSession& session, int32_t pending, const DraftTree& tree, std::span<float> logits,
+                      const ForwardContext* context) {
+  const VerifyBatch b = verify_batch(static_cast<int32_t>(session.committed()), pending, tree, context);
+  if (!context) return session.forward(b.tokens, b.positions, &b.mask, logits, LogitRows::All);
+  const ForwardContext c = with_order(context, b);
+  return session.forward(b.tokens, b.positions, &b.mask, logits, LogitRows::All, &c);
+}
+
+SpeculativeEngine::SpeculativeEngine(const Model& target, int threads, Precision precision) : model_(&target) {
+  auto cpu = std::make_unique<CpuBackend>(target, CpuTransformerOptions{threads, precision});
+  cpu_ = cpu.get();
+  backend_ = std::move(cpu);
+}
+
+SpeculativeEngine::SpeculativeEngine(const Model& target, std::unique_ptr<TransformerBackend> backend)
+    : model_(&target), backend_(std::move(backend)), cpu_(dynamic_cast<CpuBackend*>(backend_.get())) {}
+
+CpuTransformer* SpeculativeEngine::cpu_transformer() { return cpu_ ? &cpu_->transformer() : nullptr; }
 
 int64_t SpeculativeEngine::kv_row_bytes() const {
   const ModelConfig& c = model_->config;
-  return c.n_layers * c.n_kv_heads * c.head_dim * 2 * static_cast<int64_t>(sizeof(float));
+  // The CPU keeps K/V in f32, the CUDA backend in bf16.
+  const int64_t element = backend_->name() == "cuda" ? 2 : static_cast<int64_t>(sizeof(float));
+  return c.n_layers * c.n_kv_heads * c.head_dim * 2 * element;
 }
 
 Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t> prompt, Drafter* drafter,
@@ -162,8 +204,9 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
 
   const int64_t max_new = std::min<int64_t>(options.max_tokens, cfg.context_length - n_prompt + 1);
   const int64_t capacity = std::min(cfg.context_length, n_prompt + max_new + max_nodes + 1);
-  auto kv = transformer_.make_kv_cache(options.kv_block_size, capacity);
-  if (!kv) return kv.error();
+  auto session = backend_->start(options.kv_block_size, capacity);
+  if (!session) return session.error();
+  BackendSession& kv = **session;
   if (drafter) drafter->reset();
   const int64_t draft_rollback_before = drafter ? drafter->stats().rollback_tokens : 0;
   BreakEvenController controller(options.controller);
@@ -189,7 +232,7 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
     }
     if (session.model_name.empty()) session.model_name = cfg.name;
     if (session.architecture.empty()) session.architecture = cfg.architecture;
-    if (session.backend.empty()) session.backend = "cpu";
+    if (session.backend.empty()) session.backend = backend_->name();
     observer->on_event(session);
   }
 
@@ -200,10 +243,10 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
   const int64_t prefill_start_ns = observer_now_ns();
   nvtx_push("prefill");
   const ForwardContext prefill_context{observer, -1, nullptr, {}, nullptr};
-  const Status prefilled = transformer_.forward(prompt, positions, nullptr, *kv, logits, LogitRows::Last, &prefill_context);
+  const Status prefilled = kv.forward(prompt, positions, nullptr, logits, LogitRows::Last, &prefill_context);
   nvtx_pop();
   if (!prefilled) return prefilled.error();
-  kv->commit_all();
+  kv.commit_all();
   int32_t pending = choose(logits);
   result.timings.prefill_tokens = static_cast<int>(n_prompt);
   result.timings.prefill_seconds = ms_since(start) / 1e3;
@@ -234,14 +277,14 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
   while (!done) {
     RoundRecord round;
     const auto round_index = static_cast<int64_t>(result.rounds.size());
-    const auto P = static_cast<int32_t>(kv->committed());
+    const auto P = static_cast<int32_t>(kv.committed());
     SparseStats sparse_stats;
     const ForwardContext trace{observer, round_index, &options.sparse, {}, &sparse_stats};
     if (observes(observer, EventKind::kRoundBegin)) {
       observer->on_event(RoundBeginEvent{round_index, observer_now_ns(), P});
     }
     DraftTree tree;
-    const bool room = P + 1 + max_nodes <= kv->capacity();
+    const bool room = P + 1 + max_nodes <= kv.capacity();
     if (drafter && room && controller.speculate()) {
       PhaseSpan span(observer, "draft", round_index);
       auto drafted = drafter->draft(sequence, request);
@@ -256,10 +299,10 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
     if (tree.empty()) {
       const auto t0 = Clock::now();
       PhaseSpan span(observer, "decode", round_index);
-      if (auto s = transformer_.forward({&pending, 1}, {&P, 1}, nullptr, *kv, logits, LogitRows::Last, &trace); !s) {
+      if (auto s = kv.forward({&pending, 1}, {&P, 1}, nullptr, logits, LogitRows::Last, &trace); !s) {
         return s.error();
       }
-      kv->commit_all();
+      kv.commit_all();
       emitted.push_back(choose(logits));
       span.end();
       round.plain_ms = ms_since(t0);
@@ -276,7 +319,7 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
       std::vector<float> all_logits(rows * V);
       {
         PhaseSpan span(observer, "verify", round_index);
-        if (auto s = verify_forward(transformer_, *kv, pending, tree, all_logits, &trace); !s) return s.error();
+        if (auto s = verify_forward(kv, pending, tree, all_logits, &trace); !s) return s.error();
       }
       PhaseSpan accept_span(observer, "accept", round_index);
       for (size_t r = 0; r < rows; ++r) {
@@ -285,7 +328,7 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
       }
       auto accepted = (*rule)->accept(tree, TargetProbs{probs, static_cast<int>(V)}, rng);
       if (!accepted) {
-        kv->rollback();
+        kv.rollback();
         return accepted.error();
       }
       accept_span.end();
@@ -293,7 +336,7 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
       PhaseSpan commit_span(observer, "commit", round_index);
       std::vector<int> keep = {0};
       for (DraftNodeId id : accepted->accepted_path) keep.push_back(id + 1);
-      if (auto s = kv->commit(keep); !s) return s.error();
+      if (auto s = kv.commit(keep); !s) return s.error();
       commit_span.end();
       emitted = accepted->emitted_tokens(tree);
       round.speculative = true;

@@ -1,5 +1,5 @@
 #pragma once
-// Speculative generation on the CPU backend. After prefill, each round:
+// Speculative generation on any TransformerBackend. After prefill, each round:
 //   1. the drafter proposes a tree hanging off the last emitted token t (not yet in the KV);
 //   2. ONE target forward runs over [t, node 0, ..., node n-1] under the tree mask, at
 //      positions P (t, with P = committed rows) and P + depth (nodes): row 0 gives the
@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend/transformer_backend.h"
 #include "engine/core/expected.h"
 #include "engine/generate.h"
 #include "engine/kv/kv_cache.h"
@@ -28,6 +29,8 @@
 #include "engine/spec/metrics.h"
 
 namespace specula {
+
+class CpuBackend;
 
 struct SpeculativeOptions {
   int max_tokens = 128;
@@ -75,25 +78,34 @@ std::optional<Divergence> first_divergence(std::span<const int32_t> speculative,
 // With a context, its query_order is filled from the tree (context->sparse->order).
 Status verify_forward(CpuTransformer& target, KvCache& kv, int32_t pending, const DraftTree& tree,
                       std::span<float> logits, const ForwardContext* context = nullptr);
+Status verify_forward(BackendSession& session, int32_t pending, const DraftTree& tree, std::span<float> logits,
+                      const ForwardContext* context = nullptr);
 
-// One target transformer reused across prompts (weights packed once).
+// One target backend reused across prompts (weights packed or uploaded once). The round loop
+// runs on a BackendSession, so the same engine speculates on the CPU or the GPU; the drafters
+// run where they were built (engine/spec/drafters.h).
 class SpeculativeEngine {
  public:
-  // `target` must outlive the engine. threads: 0 = all cores.
+  // On the CPU. `target` must outlive the engine. threads: 0 = all cores.
   explicit SpeculativeEngine(const Model& target, int threads = 0, Precision precision = Precision::Default);
+  // On `backend` (e.g. make_backend(target, {"cuda"})), which must run `target`.
+  SpeculativeEngine(const Model& target, std::unique_ptr<TransformerBackend> backend);
 
   // drafter == nullptr: plain decoding through the same loop. on_token may be null.
   Expected<SpeculativeResult> generate(std::span<const int32_t> prompt, Drafter* drafter,
                                        const SpeculativeOptions& options, const TokenCallback& on_token);
 
   const Model& model() const { return *model_; }
-  CpuTransformer& transformer() { return transformer_; }
+  TransformerBackend& backend() { return *backend_; }
+  // The CPU backend's transformer (prefill cache, threads); null on another backend.
+  CpuTransformer* cpu_transformer();
   // Bytes of one KV row of the target (all layers, K and V).
   int64_t kv_row_bytes() const;
 
  private:
   const Model* model_;
-  CpuTransformer transformer_;
+  std::unique_ptr<TransformerBackend> backend_;
+  CpuBackend* cpu_ = nullptr;  // backend_, when it is the CPU's
 };
 
 }  // namespace specula

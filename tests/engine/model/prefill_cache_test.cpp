@@ -47,7 +47,7 @@ TEST(PrefillCache, RestoredPrefillRunsExactlyLikeAComputedOne) {
   const auto fresh_sparse = run(prompt, sparse);
 
   PrefillCache cache;
-  engine.transformer().set_prefill_cache(&cache);
+  engine.cpu_transformer()->set_prefill_cache(&cache);
   const auto stored = run(prompt, strict);
   EXPECT_EQ(cache.hits(), 0);
   const auto restored_sparse = run(prompt, sparse);
@@ -67,7 +67,7 @@ TEST(PrefillCache, RestoredPrefillRunsExactlyLikeAComputedOne) {
   run(other, traced);  // an observed prefill is computed (its per-layer events must happen)
   EXPECT_EQ(cache.hits(), 1);
   EXPECT_EQ(counter.prefills, 1);
-  engine.transformer().set_prefill_cache(nullptr);
+  engine.cpu_transformer()->set_prefill_cache(nullptr);
 }
 
 }  // namespace

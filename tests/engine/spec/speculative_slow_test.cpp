@@ -4,56 +4,22 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
-#include <map>
 #include <memory>
 
-#include <nlohmann/json.hpp>
-
 #include "engine/spec/speculative.h"
+#include "tests/engine/spec/fidelity_prompts.h"
 
 namespace specula {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<std::vector<int32_t>> prompts(const Model& m) {
-  std::vector<std::string> texts;
-  // Up to two items per Spec-Bench category, first turn, chat template; long articles
-  // (summarization, RAG) are skipped so the test stays within minutes on two cores.
-  std::ifstream in(fs::path(SPECULA_SHARED_DIR) / "data/specbench-dev.jsonl");
-  std::map<std::string, int> taken;
-  for (std::string line; std::getline(in, line);) {
-    const auto item = nlohmann::json::parse(line);
-    const auto turn = item["turns"][0].get<std::string>();
-    if (turn.size() > 600 || taken[item["category"].get<std::string>()] >= 2) continue;
-    ++taken[item["category"].get<std::string>()];
-    const ChatMessage user{"user", turn};
-    texts.push_back(m.tokenizer.apply_chat_template(std::span(&user, 1), true));
-  }
-  EXPECT_GE(texts.size(), 12u);
-  for (const char* t : {"The capital of France is", "def fibonacci(n):\n    ", "Once upon a time, there was a",
-                        "1, 2, 3, 4, 5, 6,", "The quick brown fox jumps over the lazy dog. The quick brown",
-                        "Water boils at", "In 1492, Columbus", "import numpy as np\nimport"}) {
-    texts.emplace_back(t);
-  }
-  std::vector<std::vector<int32_t>> out;
-  for (const auto& t : texts) {
-    std::vector<int32_t> ids = {m.tokenizer.bos_id() >= 0 && m.tokenizer.add_bos() ? m.tokenizer.bos_id() : -1};
-    if (ids[0] < 0) ids.clear();
-    const auto enc = m.tokenizer.encode(t, true);
-    ids.insert(ids.end(), enc.begin(), enc.end());
-    out.push_back(ids);
-  }
-  return out;
-}
-
 TEST(SpeculativeSlow, GreedyEqualsPlainOnTheDefaultModel) {
   const auto path = resolve_model_path("default");
   if (!fs::exists(path)) GTEST_SKIP() << "skipped: default model not downloaded";
   auto target = load_model(path);
   ASSERT_TRUE(target.ok()) << target.error().message;
-  const auto all = prompts(*target);
+  const auto all = testing::fidelity_prompts(*target);
   ASSERT_GE(all.size(), 20u);
   constexpr int kMaxTokens = 24;
 
