@@ -206,7 +206,7 @@ int main(int argc, char** argv) {
     if (config.kind == "ngram") {
       drafter = make_ngram_drafter(config.ngram);
     } else {
-      auto d = make_layerskip_drafter(*model, config.layers, threads);
+      auto d = make_layerskip_drafter(*model, config.layers, {threads});
       if (!d) {
         std::fprintf(stderr, "bench_draft_replay: %s\n", d.error().message.c_str());
         return 1;

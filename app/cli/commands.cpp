@@ -116,19 +116,23 @@ Expected<SparseConfig> sparse_config(const SpeculationArgs& spec, const Model& m
 
 // nullptr for --drafter none.
 Expected<std::unique_ptr<Drafter>> make_drafter(const SpeculationArgs& spec, const Model& target, int threads,
-                                                int kv_block_size) {
+                                                int kv_block_size, const std::string& target_backend) {
+  DrafterPlacement where;
+  where.threads = threads;
+  where.kv_block_size = kv_block_size;
+  where.backend = spec.draft_backend == "auto" ? target_backend : spec.draft_backend;
   if (spec.drafter == "ngram") {
     return make_ngram_drafter({spec.ngram_n, spec.ngram_min, spec.ngram_max_length, spec.ngram_min_confidence});
   }
   if (spec.drafter == "layerskip") {
-    auto d = make_layerskip_drafter(target, spec.layers, threads, kv_block_size);
+    auto d = make_layerskip_drafter(target, spec.layers, where);
     if (!d) return make_error("--layers: " + d.error().message);
     return d;
   }
   if (spec.drafter == "model") {
     auto draft = load(*spec.draft_model);
     if (!draft) return make_error("--draft-model: " + draft.error().message);
-    return make_model_drafter(target, std::make_unique<Model>(std::move(*draft)), threads, kv_block_size);
+    return make_model_drafter(target, std::make_unique<Model>(std::move(*draft)), where);
   }
   return std::unique_ptr<Drafter>{};
 }
@@ -205,24 +209,24 @@ Expected<std::unique_ptr<TransformerBackend>> engine_backend(const std::string& 
 
 int run_speculative(const GenerateArgs& args, const Model& model, std::span<const int32_t> prompt,
                     const GenerateOptions& plain_options) {
-  auto drafter = make_drafter(args.spec, model, args.threads, args.kv_block_size);
-  if (!drafter) return fail(drafter.error().message);
   auto options = speculative_options(args.spec, args.max_tokens, plain_options.sampling, args.kv_block_size);
   auto sparse = sparse_config(args.spec, model);
   if (!sparse) return fail(sparse.error().message);
   options.sparse = *sparse;
+  auto backend = engine_backend(args.backend, model, args.threads, plain_options.precision, options.sparse);
+  if (!backend) return fail(backend.error().message);
+  SpeculativeEngine engine(model, std::move(*backend));
+  auto drafter = make_drafter(args.spec, model, args.threads, args.kv_block_size, engine.backend().name());
+  if (!drafter) return fail(drafter.error().message);
   std::optional<RunRecording> recording;
   if (args.record) {
     auto started = RunRecording::start(args, model, prompt.size(), options);
     if (!started) return fail(started.error().message);
     recording = std::move(*started);
   }
-  auto backend = engine_backend(args.backend, model, args.threads, plain_options.precision, options.sparse);
-  if (!backend) return fail(backend.error().message);
-  SpeculativeEngine engine(model, std::move(*backend));
   if (!args.json && engine.backend().name() != "cpu") {
-    std::fprintf(stderr, "specula-cli: %s backend on %s; the drafter runs on the CPU\n", engine.backend().name().c_str(),
-                 engine.backend().device().c_str());
+    std::fprintf(stderr, "specula-cli: target on the %s backend (%s), drafter %s\n", engine.backend().name().c_str(),
+                 engine.backend().device().c_str(), *drafter ? (*drafter)->name().c_str() : "none");
   }
   Utf8Stream stream;
   const TokenCallback on_token = stdout_streamer(args.json, stream);
@@ -421,8 +425,6 @@ int run_specbench(const SpecbenchArgs& args) {
   if (!items) return fail(items.error().message);
   auto model = load(args.model);
   if (!model) return fail(model.error().message);
-  auto drafter = make_drafter(args.spec, *model, args.threads, args.kv_block_size);
-  if (!drafter) return fail(drafter.error().message);
   auto options = speculative_options(args.spec, args.max_tokens, SamplingParams{}, args.kv_block_size);
   auto sparse = sparse_config(args.spec, *model);
   if (!sparse) return fail(sparse.error().message);
@@ -430,6 +432,8 @@ int run_specbench(const SpecbenchArgs& args) {
   auto backend = engine_backend(args.backend, *model, args.threads, parse_precision(args.precision), options.sparse);
   if (!backend) return fail(backend.error().message);
   SpeculativeEngine engine(*model, std::move(*backend));
+  auto drafter = make_drafter(args.spec, *model, args.threads, args.kv_block_size, engine.backend().name());
+  if (!drafter) return fail(drafter.error().message);
 
   struct Totals {
     int items = 0;

@@ -25,6 +25,7 @@ struct SpeculationArgs {
   std::optional<std::string> accept;     // greedy | sample | cascade:TAU (default: greedy at
                                          // temperature 0, else sample)
   std::string layers = "every-other";    // layerskip subset
+  std::string draft_backend = "auto";    // layerskip/model drafts: auto (the target's backend) | cpu | cuda
   int ngram_n = 3;
   int ngram_min = 1;
   int ngram_max_length = 0;
@@ -84,9 +85,10 @@ int fail(const std::string& message);
 Expected<Model> load(const std::string& spec);
 // Everything about the speculation flags that can be checked before a model is loaded.
 Status check_speculation_flags(const SpeculationArgs& spec, float temperature);
-// nullptr for --drafter none.
+// nullptr for --drafter none. target_backend: the backend the target runs on ("cpu" | "cuda"),
+// where --draft-backend auto puts a layerskip or model drafter.
 Expected<std::unique_ptr<Drafter>> make_drafter(const SpeculationArgs& spec, const Model& target, int threads,
-                                                int kv_block_size);
+                                                int kv_block_size, const std::string& target_backend = "cpu");
 SpeculativeOptions speculative_options(const SpeculationArgs& spec, int max_tokens, const SamplingParams& sampling,
                                        int kv_block_size);
 // --sparse / --sparse-config, checked against the model (calibration files included).

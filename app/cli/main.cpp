@@ -22,6 +22,10 @@ void add_speculation_flags(CLI::App* cmd, specula::cli::SpeculationArgs& spec) {
       ->capture_default_str();
   cmd->add_option("--accept", spec.accept,
                   "Acceptance: greedy | sample | cascade:TAU (lossy); default greedy at temperature 0, else sample");
+  cmd->add_option("--draft-backend", spec.draft_backend,
+                  "Where layerskip and model drafts run: auto (the target's backend) | cpu | cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
   cmd->add_option("--layers", spec.layers, "Layers the layerskip drafter runs: every-other | first:N | last:N | list:I,J,...")
       ->capture_default_str();
   cmd->add_option("--ngram-n", spec.ngram_n, "Longest suffix the ngram drafter matches")

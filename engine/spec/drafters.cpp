@@ -9,8 +9,8 @@
 #include <optional>
 #include <string>
 
-#include "engine/kv/kv_cache.h"
-#include "engine/model/cpu_transformer.h"
+#include "engine/backend/cuda_backend.h"
+#include "engine/backend/transformer_backend.h"
 #include "engine/spec/sampling_filters.h"
 
 namespace specula {
@@ -100,18 +100,23 @@ class NgramDrafter final : public Drafter {
 
 class TransformerDrafter final : public Drafter {
  public:
-  TransformerDrafter(std::string name, std::unique_ptr<Model> model, int threads, KvCache kv)
+  TransformerDrafter(std::string name, std::unique_ptr<Model> model, std::unique_ptr<TransformerBackend> backend,
+                     std::unique_ptr<BackendSession> session, int kv_block_size, int64_t context)
       : name_(std::move(name)),
         model_(std::move(model)),
-        transformer_(*model_, CpuTransformerOptions{threads, Precision::Default}),
-        kv_(std::move(kv)),
+        backend_(std::move(backend)),
+        session_(std::move(session)),
+        kv_block_size_(kv_block_size),
+        context_(context),
         logits_(static_cast<size_t>(model_->config.vocab_size)),
         root_logits_(logits_.size()) {}
 
   std::string name() const override { return name_; }
   const DrafterStats& stats() const override { return stats_; }
   void reset() override {
-    kv_.clear();
+    // A fresh session: BackendSession has no clear(), and the CUDA one keeps per-block key
+    // min/max that must not carry rows of the last sequence.
+    if (!seen_.empty()) restart_ = true;
     seen_.clear();
   }
 
@@ -119,31 +124,38 @@ class TransformerDrafter final : public Drafter {
     if (sequence.empty()) return make_error(name_ + ": cannot draft after an empty sequence");
     // The draft KV must hold a prefix of the sequence; anything else (a new prompt) starts over.
     if (seen_.size() > sequence.size() || !std::equal(seen_.begin(), seen_.end(), sequence.begin())) reset();
+    if (restart_) {
+      auto session = backend_->start(kv_block_size_, context_);
+      if (!session) return make_error(name_ + ": " + session.error().message);
+      session_ = std::move(*session);
+      restart_ = false;
+    }
+    BackendSession& kv = *session_;
     if (seen_.size() == sequence.size()) {
       // Nothing new since the last call: the root logits are still those of sequence.back().
     } else {
       const auto fresh = sequence.subspan(seen_.size());
       std::vector<int32_t> positions(fresh.size());
       std::iota(positions.begin(), positions.end(), static_cast<int32_t>(seen_.size()));
-      if (auto s = transformer_.forward(fresh, positions, nullptr, kv_, root_logits_, LogitRows::Last); !s) {
-        kv_.rollback();
+      if (auto s = kv.forward(fresh, positions, nullptr, root_logits_, LogitRows::Last); !s) {
+        kv.rollback();
         return make_error(name_ + ": " + s.error().message);
       }
-      kv_.commit_all();
+      kv.commit_all();
       ++stats_.draft_forwards;
       stats_.draft_tokens += static_cast<int64_t>(fresh.size());
       seen_.assign(sequence.begin(), sequence.end());
     }
     // Room for the deepest draft path as provisional rows (the target checks its own context).
-    if (kv_.committed() + request.shape.max_nodes() > kv_.capacity()) return DraftTree{};
+    if (kv.committed() + request.shape.max_nodes() > kv.capacity()) return DraftTree{};
 
-    const auto base = static_cast<int32_t>(kv_.committed());
+    const auto base = static_cast<int32_t>(kv.committed());
     const DraftDistributionFn next = [&](std::span<const int32_t> prefix) -> Expected<DraftDistribution> {
       if (prefix.empty()) return apply_sampling_filters(root_logits_, request.filters);
       std::vector<int32_t> positions(prefix.size());
       std::iota(positions.begin(), positions.end(), base);
-      auto s = transformer_.forward(prefix, positions, nullptr, kv_, logits_, LogitRows::Last);
-      kv_.rollback();  // the path's rows are provisional and never outlive this call
+      auto s = kv.forward(prefix, positions, nullptr, logits_, LogitRows::Last);
+      kv.rollback();  // the path's rows are provisional and never outlive this call
       if (!s) return s.error();
       ++stats_.draft_forwards;
       stats_.draft_tokens += static_cast<int64_t>(prefix.size());
@@ -157,21 +169,34 @@ class TransformerDrafter final : public Drafter {
 
  private:
   std::string name_;
-  std::unique_ptr<Model> model_;  // the weights transformer_ reads; stable address
-  CpuTransformer transformer_;
-  KvCache kv_;
-  std::vector<int32_t> seen_;  // the sequence tokens kv_ holds, all committed
+  std::unique_ptr<Model> model_;                 // the weights backend_ reads; stable address
+  std::unique_ptr<TransformerBackend> backend_;  // CPU or CUDA
+  std::unique_ptr<BackendSession> session_;      // the draft KV cache
+  int kv_block_size_;
+  int64_t context_;
+  bool restart_ = false;       // session_ holds rows of an earlier sequence
+  std::vector<int32_t> seen_;  // the sequence tokens session_ holds, all committed
   std::vector<float> logits_;       // (vocab) scratch
   std::vector<float> root_logits_;  // (vocab) after seen_.back()
   DrafterStats stats_;
 };
 
 Expected<std::unique_ptr<Drafter>> make_transformer_drafter(std::string name, std::unique_ptr<Model> model,
-                                                            int64_t context, int threads, int kv_block_size) {
-  auto kv = KvCache::for_model(model->config, kv_block_size, context);
-  if (!kv) return make_error(name + ": " + kv.error().message);
-  return std::unique_ptr<Drafter>(std::make_unique<TransformerDrafter>(std::move(name), std::move(model), threads,
-                                                                       std::move(*kv)));
+                                                            int64_t context, const DrafterPlacement& where) {
+  BackendOptions options;
+  options.kind = where.backend;
+  options.threads = where.threads;
+  if (options.kind == "cuda" && !cuda_backend_supports(model->config)) {
+    return make_error(name + ": the CUDA backend does not run this " + model->config.architecture +
+                      " model; draft on the CPU (--draft-backend cpu)");
+  }
+  auto backend = make_backend(*model, options);
+  if (!backend) return make_error(name + ": " + backend.error().message);
+  auto session = (*backend)->start(where.kv_block_size, context);
+  if (!session) return make_error(name + ": " + session.error().message);
+  if ((*backend)->name() != "cpu") name += "@" + (*backend)->name();
+  return std::unique_ptr<Drafter>(std::make_unique<TransformerDrafter>(
+      std::move(name), std::move(model), std::move(*backend), std::move(*session), where.kv_block_size, context));
 }
 
 Expected<int> parse_int(std::string_view text, std::string_view where) {
@@ -231,8 +256,8 @@ Expected<std::vector<int>> parse_layer_subset(std::string_view spec, int64_t n_l
   return layers;
 }
 
-Expected<std::unique_ptr<Drafter>> make_layerskip_drafter(const Model& target, std::string_view spec, int threads,
-                                                          int kv_block_size) {
+Expected<std::unique_ptr<Drafter>> make_layerskip_drafter(const Model& target, std::string_view spec,
+                                                          const DrafterPlacement& where) {
   auto layers = parse_layer_subset(spec, target.config.n_layers);
   if (!layers) return layers.error();
   // A model that is the target minus some layers: the same mapped weights (shared storage),
@@ -246,7 +271,7 @@ Expected<std::unique_ptr<Drafter>> make_layerskip_drafter(const Model& target, s
   subset->path = target.path;
   subset->format = target.format;
   return make_transformer_drafter("layerskip:" + std::string(spec), std::move(subset), target.config.context_length,
-                                  threads, kv_block_size);
+                                  where);
 }
 
 Status check_same_tokenizer(const Model& target, const Model& draft) {
@@ -266,13 +291,13 @@ Status check_same_tokenizer(const Model& target, const Model& draft) {
   return Status::success();
 }
 
-Expected<std::unique_ptr<Drafter>> make_model_drafter(const Model& target, std::unique_ptr<Model> draft, int threads,
-                                                      int kv_block_size) {
+Expected<std::unique_ptr<Drafter>> make_model_drafter(const Model& target, std::unique_ptr<Model> draft,
+                                                      const DrafterPlacement& where) {
   if (!draft) return make_error("model drafter: no draft model");
   if (auto same = check_same_tokenizer(target, *draft); !same) return same.error();
   const int64_t context = std::min(target.config.context_length, draft->config.context_length);
   std::string name = "model:" + draft->path.filename().string();
-  return make_transformer_drafter(std::move(name), std::move(draft), context, threads, kv_block_size);
+  return make_transformer_drafter(std::move(name), std::move(draft), context, where);
 }
 
 }  // namespace specula

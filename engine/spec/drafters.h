@@ -79,9 +79,19 @@ std::unique_ptr<Drafter> make_ngram_drafter(const NgramOptions& options = {});
 // n_layers layers. Sorted, distinct, non-empty; the last layer alone ("last:1") is allowed.
 Expected<std::vector<int>> parse_layer_subset(std::string_view spec, int64_t n_layers);
 
-// `target` must outlive the drafter. threads: as CpuTransformerOptions (0 = all cores).
+// Where a transformer-backed drafter (layerskip, model) runs its forwards and keeps its KV cache.
+// On the CUDA backend its weights are uploaded as bf16 beside the target's and every draft
+// forward stays on the GPU; drafting on the CPU for a GPU target pays a CPU forward per draft
+// token, more than the GPU verify it saves.
+struct DrafterPlacement {
+  int threads = 0;             // CPU backend: as CpuTransformerOptions (0 = all cores)
+  int kv_block_size = 16;      // the draft KV cache's block size
+  std::string backend = "cpu";  // cpu | cuda | auto (as BackendOptions::kind)
+};
+
+// `target` must outlive the drafter.
 Expected<std::unique_ptr<Drafter>> make_layerskip_drafter(const Model& target, std::string_view layers,
-                                                          int threads = 0, int kv_block_size = 16);
+                                                          const DrafterPlacement& where = {});
 
 // Checks that the draft model can speak for the target: same vocabulary size and the same bytes
 // for every token id. The error names both models and the first difference.
@@ -89,6 +99,6 @@ Status check_same_tokenizer(const Model& target, const Model& draft);
 
 // Takes ownership of the draft model; refuses one whose tokenizer differs from target's.
 Expected<std::unique_ptr<Drafter>> make_model_drafter(const Model& target, std::unique_ptr<Model> draft,
-                                                      int threads = 0, int kv_block_size = 16);
+                                                      const DrafterPlacement& where = {});
 
 }  // namespace specula

@@ -104,7 +104,7 @@ void GenerationWorker::run(const RunRequest& request) {
   if (request.drafter == "ngram") {
     drafter = make_ngram_drafter();
   } else if (request.drafter == "layerskip") {
-    auto made = make_layerskip_drafter(*model_, request.layers.toStdString(), 0, request.options.kv_block_size);
+    auto made = make_layerskip_drafter(*model_, request.layers.toStdString(), {0, request.options.kv_block_size});
     if (!made) {
       emit failed(tr("Layerskip drafter: %1").arg(QString::fromStdString(made.error().message)));
       return;

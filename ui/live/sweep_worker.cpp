@@ -104,7 +104,7 @@ void SweepWorker::run(const SweepRequest& request) {
     if (request.drafter == "ngram") {
       drafter = make_ngram_drafter();
     } else if (request.drafter == "layerskip") {
-      auto made = make_layerskip_drafter(*model_, "every-other", 0, GenerateOptions{}.kv_block_size);
+      auto made = make_layerskip_drafter(*model_, "every-other", {0, GenerateOptions{}.kv_block_size});
       if (!made) return emit failed(tr("Layerskip drafter: %1").arg(QString::fromStdString(made.error().message)));
       drafter = std::move(*made);
     }

@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/backend/cuda_backend.h"
+
 namespace specula {
 namespace {
 
@@ -128,7 +130,7 @@ TEST(ModelDrafter, RefusesAnotherTokenizer) {
 TEST(TransformerDrafters, KeepTheirKvInStepAndRollBackDrafts) {
   auto target = load(kTiny);
   ASSERT_TRUE(target);
-  auto drafter = make_layerskip_drafter(*target, "first:1", 1);
+  auto drafter = make_layerskip_drafter(*target, "first:1", {1});
   ASSERT_TRUE(drafter.ok()) << drafter.error().message;
   std::vector<int32_t> seq = {1, 400, 500, 600};
   auto first = (*drafter)->draft(seq, request("chain:3"));
@@ -144,7 +146,7 @@ TEST(TransformerDrafters, KeepTheirKvInStepAndRollBackDrafts) {
   auto second = (*drafter)->draft(seq, request("chain:3"));
   ASSERT_TRUE(second.ok());
   EXPECT_EQ((*drafter)->stats().draft_tokens, 7 + 2 + 1 + 2);
-  auto fresh = make_layerskip_drafter(*target, "first:1", 1);
+  auto fresh = make_layerskip_drafter(*target, "first:1", {1});
   auto again = (*fresh)->draft(seq, request("chain:3"));
   ASSERT_TRUE(again.ok());
   ASSERT_EQ(again->size(), second->size());
@@ -156,6 +158,26 @@ TEST(TransformerDrafters, KeepTheirKvInStepAndRollBackDrafts) {
   auto other = (*drafter)->draft(std::vector<int32_t>{1, 9, 9}, request("chain:2"));
   ASSERT_TRUE(other.ok());
   EXPECT_EQ(other->size(), 2);
+  // ...in a fresh KV cache: the first sequence drafted again gives the fresh drafter's tree.
+  auto back = (*drafter)->draft(seq, request("chain:3"));
+  ASSERT_TRUE(back.ok());
+  ASSERT_EQ(back->size(), again->size());
+  for (int i = 0; i < back->size(); ++i) EXPECT_EQ(back->node(i).token, again->node(i).token);
+}
+
+TEST(TransformerDrafters, CudaPlacementWithoutAGpuIsRefused) {
+  if (cuda_gpu_available()) GTEST_SKIP() << "a GPU is present (tests/engine/cuda covers drafting there)";
+  auto target = load(kTiny);
+  ASSERT_TRUE(target);
+  DrafterPlacement on_gpu;
+  on_gpu.backend = "cuda";
+  auto drafter = make_layerskip_drafter(*target, "first:1", on_gpu);
+  ASSERT_FALSE(drafter.ok());
+  const std::string& message = drafter.error().message;
+  EXPECT_NE(message.find("layerskip:first:1"), std::string::npos) << message;
+  EXPECT_TRUE(message.find("no CUDA GPU") != std::string::npos || message.find("without CUDA") != std::string::npos ||
+              message.find("does not run") != std::string::npos)
+      << message;
 }
 
 }  // namespace

@@ -44,11 +44,11 @@ std::vector<int32_t> plain(const std::vector<int32_t>& prompt, int max_tokens) {
 }
 
 TEST(Speculative, GreedyEqualsPlainForEveryDrafterAndShape) {
-  auto layerskip = make_layerskip_drafter(tiny(), "first:1", 1);
+  auto layerskip = make_layerskip_drafter(tiny(), "first:1", {1});
   ASSERT_TRUE(layerskip.ok());
   auto draft_model = load_model(kTiny.parent_path() / "tiny-llama-bf16");
   ASSERT_TRUE(draft_model.ok());
-  auto model = make_model_drafter(tiny(), std::make_unique<Model>(std::move(*draft_model)), 1);
+  auto model = make_model_drafter(tiny(), std::make_unique<Model>(std::move(*draft_model)), {1});
   ASSERT_TRUE(model.ok()) << model.error().message;
   auto ngram = make_ngram_drafter({3, 1, 0});
   SpeculativeEngine engine(tiny(), 1);
@@ -71,7 +71,7 @@ TEST(Speculative, GreedyEqualsPlainForEveryDrafterAndShape) {
 TEST(Speculative, DraftEqualToTargetAcceptsEveryChainToken) {
   auto same = load_model(kTiny);
   ASSERT_TRUE(same.ok());
-  auto drafter = make_model_drafter(tiny(), std::make_unique<Model>(std::move(*same)), 1);
+  auto drafter = make_model_drafter(tiny(), std::make_unique<Model>(std::move(*same)), {1});
   ASSERT_TRUE(drafter.ok());
   SpeculativeEngine engine(tiny(), 1);
   SpeculativeOptions options;
@@ -91,7 +91,7 @@ TEST(Speculative, DraftEqualToTargetAcceptsEveryChainToken) {
 }
 
 TEST(Speculative, MetricsCountRejectedRows) {
-  auto drafter = make_layerskip_drafter(tiny(), "first:1", 1);
+  auto drafter = make_layerskip_drafter(tiny(), "first:1", {1});
   ASSERT_TRUE(drafter.ok());
   SpeculativeEngine engine(tiny(), 1);
   SpeculativeOptions options;
@@ -176,7 +176,7 @@ TEST(Speculative, TreeLargerThanTheContextLeftIsRefused) {
 }
 
 TEST(Speculative, SamplingAndCascadeRunAndAreLabelled) {
-  auto drafter = make_layerskip_drafter(tiny(), "first:1", 1);
+  auto drafter = make_layerskip_drafter(tiny(), "first:1", {1});
   ASSERT_TRUE(drafter.ok());
   SpeculativeEngine engine(tiny(), 1);
   SpeculativeOptions options;
