@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <set>
@@ -64,6 +65,7 @@ int main(int argc, char** argv) {
   std::string commit = "unknown", out_path;
   std::vector<int> contexts = {8192, 16384, 32768, 65536, 131072}, node_counts = {8, 16, 32, 64};
   int iterations = 20, q_heads = 32, kv_heads = 8, top_k = 128, group_size = 8;
+  double keep_fraction = 0;  // > 0: top_k = ceil(keep_fraction · committed blocks) instead of --top-k
   CLI::App app{"bench_attention: tree-verify attention (dense and sparse) bandwidth"};
   app.add_option("--commit", commit);
   app.add_option("--out", out_path);
@@ -74,6 +76,8 @@ int main(int argc, char** argv) {
   app.add_option("--kv-heads", kv_heads)->check(CLI::Range(1, 128));
   app.add_option("--top-k", top_k)->check(CLI::Range(0, 1 << 16));
   app.add_option("--group-size", group_size)->check(CLI::Range(1, 64));
+  app.add_option("--keep-fraction", keep_fraction, "blocks kept by score as a share of the context's (plus sink, local, tree)")
+      ->check(CLI::Range(0.0, 1.0));
   CLI11_PARSE(app, argc, argv);
   if (q_heads % kv_heads != 0) {
     std::fprintf(stderr, "bench_attention: --q-heads must be a multiple of --kv-heads\n");
@@ -132,6 +136,7 @@ int main(int argc, char** argv) {
       TreeQueries tq{q, anc, nodes, q_heads, ctx, p.scale};
       const int nblocks = (ctx + nodes + kAttnBlockSize - 1) / kAttnBlockSize;
       const double io_bytes = 2.0 * nodes * q_heads * kAttnHeadDim * 2 + nodes * 8.0;  // q, out, ancestors
+      double dense_ms = 0;
       // Dense.
       {
         const size_t ws_bytes = attention_workspace_bytes(tq, kv_heads, 1, nodes, nblocks);
@@ -144,6 +149,7 @@ int main(int argc, char** argv) {
               }
             },
             iterations);
+        dense_ms = ms;
         const double bytes = double(nblocks) * kv_heads * 2 * kBlockBytes + nblocks * 4.0 + io_bytes;
         rows.push_back({{"kernel", "dense"}, {"context", ctx}, {"nodes", nodes}, {"ms", ms},
                         {"bytes", bytes}, {"GBps", bytes / ms / 1e6}, {"fraction_of_copy", bytes / ms / 1e6 / copy_GBps}});
@@ -157,7 +163,7 @@ int main(int argc, char** argv) {
         SelectParams sp;
         sp.mode = mode;
         sp.group_size = group_size;
-        sp.top_k = top_k;
+        sp.top_k = keep_fraction > 0 ? static_cast<int>(std::ceil(keep_fraction * ctx / kAttnBlockSize)) : top_k;
         int groups = 0, gs = 0, max_blocks = 0;
         select_list_shape(tq, sp, &groups, &gs, &max_blocks);
         const size_t list_n = size_t(groups) * kv_heads * max_blocks;
@@ -205,16 +211,20 @@ int main(int argc, char** argv) {
         const double select_bytes = 2.0 * nblocks * kv_heads * kAttnHeadDim * 2 + nblocks * 4.0 +
                                     selectors * (q_heads * kAttnHeadDim * 2.0) + list_bytes;
         rows.push_back({{"kernel", std::string("sparse_") + query_mode_name(mode)},
-                        {"context", ctx}, {"nodes", nodes}, {"top_k", top_k}, {"group_size", gs},
-                        {"ms", attn_ms}, {"select_ms", select_ms},
+                        {"context", ctx}, {"nodes", nodes}, {"top_k", sp.top_k}, {"group_size", gs},
+                        {"ms", attn_ms}, {"select_ms", select_ms}, {"total_ms", select_ms + attn_ms},
+                        {"dense_over_total", dense_ms / (select_ms + attn_ms)},
                         {"blocks_loaded_per_kv_head", loaded / kv_heads}, {"blocks_unique_per_kv_head", unique / kv_heads},
                         {"bytes_unique", unique_bytes}, {"bytes_loaded", loaded_bytes},
                         {"GBps", unique_bytes / attn_ms / 1e6}, {"fraction_of_copy", unique_bytes / attn_ms / 1e6 / copy_GBps},
                         {"GBps_loaded", loaded_bytes / attn_ms / 1e6},
                         {"select_bytes", select_bytes}, {"select_GBps", select_bytes / select_ms / 1e6}});
-        std::fprintf(stderr, "%-13s ctx=%d nodes=%d attn %.4f ms %.0f GB/s unique (%.0f%%), %.0f GB/s loaded; select %.4f ms\n",
+        std::fprintf(stderr,
+                     "%-13s ctx=%d nodes=%d attn %.4f ms %.0f GB/s unique (%.0f%%), %.0f GB/s loaded; select %.4f ms; "
+                     "dense / (select + attn) %.2fx\n",
                      query_mode_name(mode), ctx, nodes, attn_ms, unique_bytes / attn_ms / 1e6,
-                     100 * unique_bytes / attn_ms / 1e6 / copy_GBps, loaded_bytes / attn_ms / 1e6, select_ms);
+                     100 * unique_bytes / attn_ms / 1e6 / copy_GBps, loaded_bytes / attn_ms / 1e6, select_ms,
+                     dense_ms / (select_ms + attn_ms));
         cudaFree(sws);
         cudaFree(aws);
         cudaFree(lists.blocks);
@@ -244,6 +254,7 @@ int main(int argc, char** argv) {
       {"copy_kernel_GBps", kernel_bw.bytes_per_s / 1e9},
       {"bytes_counted", "unique KV blocks (K+V) per kv head + block table/lists + q + out + ancestors; "
                         "loaded = every (group, kv head) list entry"},
+      {"keep_fraction", keep_fraction},
       {"timing", "median of --iterations CUDA-event-timed calls after 3 warm-ups; KV pool copies rotate past L2"},
       {"rows", rows},
   };

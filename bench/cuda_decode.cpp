@@ -7,6 +7,13 @@
 //     against the step's wall time (the rest is launch latency, gaps and the host), and the
 //     kernels that take the most time. CUPTI's own cost makes this run slower; its tokens/s is
 //     reported apart from the timed runs.
+//  3. With --long-verify CONTEXT: one tree verify (--long-verify-nodes, default 60 nodes: 6 x 3 x 2
+//     under the pending token) at CONTEXT committed tokens, dense and sparse (--sparse-eta,
+//     --sparse-dense-below, each query mode), against the byte floor (weights + KV read) over
+//     the measured device copy bandwidth. The KV cache is filled with random values by a
+//     bench-only hook (cuda_fill_kv_random_for_bench), not by a prefill: the logits are
+//     meaningless, only the time is measured. Dense verifies use the tree-attention kernels
+//     (CudaBackendOptions::tree_attention_kernels) unless --tree-attention-kernels false.
 // --synthetic NAME times random weights in a real model's shapes; the output says "synthetic".
 // Prints one JSON object (device, driver, commit, command, results); --out writes it too.
 #include <CLI/CLI.hpp>
@@ -24,6 +31,8 @@
 #include "bench/bench_info.h"
 #include "engine/backend/cuda_backend.h"
 #include "engine/model/loader.h"
+#include "engine/sparse/sparse_config.h"
+#include "kernels/cuda/device.h"
 #include "kernels/cuda/model_ops.h"
 #include "profiler/cupti_capture.h"
 #include "profiler/recorder.h"
@@ -83,6 +92,122 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
+// The --long-verify measurement (see the header comment). Medians of 20 verifies after 3
+// warm-ups, each rolled back; times are host wall time around forward(), which ends when the
+// logits are on the host.
+specula::Expected<nlohmann::json> time_long_verify(specula::CudaBackend& backend, int64_t context, int nodes,
+                                                   double eta, int64_t dense_below) {
+  using namespace specula;
+  const auto& c = backend.config();
+  const int64_t V = c.vocab_size;
+  const int T = nodes + 1;
+  auto session = backend.start(16, context + T + 1);
+  if (!session) return session.error();
+  const uint64_t seed = static_cast<uint64_t>(Clock::now().time_since_epoch().count());
+  if (auto s = cuda_fill_kv_random_for_bench(**session, context, seed); !s) return s.error();
+  // Rows: the pending token, then 6 first-level nodes, 3 children each, 2 grandchildren each.
+  std::vector<int> parents = {-1};
+  for (int a = 0; a < 6; ++a) parents.push_back(0);
+  for (int a = 1; a <= 6; ++a) {
+    for (int b = 0; b < 3; ++b) parents.push_back(a);
+  }
+  for (int a = 7; a <= 24; ++a) {
+    for (int b = 0; b < 2; ++b) parents.push_back(a);
+  }
+  parents.resize(static_cast<size_t>(T));
+  std::vector<int32_t> toks(static_cast<size_t>(T)), pos(static_cast<size_t>(T)), order(static_cast<size_t>(T));
+  for (int i = 0; i < T; ++i) {
+    toks[static_cast<size_t>(i)] = 1000 + 7 * i;
+    int depth = 0;
+    for (int p = parents[static_cast<size_t>(i)]; p >= 0; p = parents[static_cast<size_t>(p)]) ++depth;
+    pos[static_cast<size_t>(i)] = static_cast<int32_t>(context + depth);
+    order[static_cast<size_t>(i)] = i;  // rows are already in BFS order
+  }
+  const auto mask = AttentionMask::from_parents(parents);
+  cuda::CopyBandwidth copy{};
+  std::string error;
+  if (!cuda::measure_copy_bandwidth(1ull << 30, 20, &copy, &error)) return make_error(error);
+  const double copy_Bps = copy.bytes_per_s;
+  const double weight_bytes = static_cast<double>(backend.weight_bytes_per_token());
+  const double kv_dense_bytes = static_cast<double>(c.n_layers) * c.n_kv_heads * context * c.head_dim * 2 * 2;
+
+  nlohmann::json rows = nlohmann::json::array();
+  double dense_all_ms = 0, dense_last_ms = 0;
+  const auto time_one = [&](const SparseConfig& sparse, const std::string& name) -> Status {
+    nlohmann::json row = {{"verify", name}};
+    SparseStats stats;
+    for (LogitRows which : {LogitRows::All, LogitRows::Last}) {
+      std::vector<float> logits(static_cast<size_t>(which == LogitRows::All ? T * V : V));
+      std::vector<double> ms;
+      for (int r = 0; r < 23; ++r) {
+        SparseStats step;
+        const ForwardContext ctx{nullptr, 0, &sparse, order, &step};
+        const auto t0 = Clock::now();
+        if (auto s = (*session)->forward(toks, pos, &mask, logits, which, &ctx); !s) return s;
+        (*session)->rollback();
+        if (r >= 3) ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+        stats = step;
+      }
+      row[which == LogitRows::All ? "ms_all_logits" : "ms_last_logits"] = median(ms);
+    }
+    const double kv_read = static_cast<double>(stats.kv_bytes_read);
+    const double floor_ms = (weight_bytes + kv_read) / copy_Bps * 1e3;
+    row["kv_bytes_read"] = kv_read;
+    row["kv_bytes_dense"] = static_cast<double>(stats.kv_bytes_dense);
+    row["byte_floor_ms"] = floor_ms;
+    row["last_logits_over_floor"] = row["ms_last_logits"].get<double>() / floor_ms;
+    if (name == "dense") {
+      dense_all_ms = row["ms_all_logits"].get<double>();
+      dense_last_ms = row["ms_last_logits"].get<double>();
+    } else {
+      row["dense_over_sparse_all_logits"] = dense_all_ms / row["ms_all_logits"].get<double>();
+      row["dense_over_sparse_last_logits"] = dense_last_ms / row["ms_last_logits"].get<double>();
+    }
+    std::fprintf(stderr, "long verify %-22s %.3f ms (all logits) %.3f ms (last) floor %.3f ms KV read %.0f MB\n",
+                 name.c_str(), row["ms_all_logits"].get<double>(), row["ms_last_logits"].get<double>(), floor_ms,
+                 kv_read / 1e6);
+    rows.push_back(row);
+    return {};
+  };
+  if (auto s = time_one(SparseConfig{}, "dense"); !s) return s.error();
+  for (QueryMode mode : {QueryMode::kFirst, QueryMode::kPerQuery, QueryMode::kGroupUnion, QueryMode::kGroupShared}) {
+    SparseConfig sparse = *sparse_preset("sa");
+    sparse.eta = eta;
+    sparse.dense_below = dense_below;
+    sparse.query_mode = mode;
+    sparse.group_size = 4;
+    if (auto s = time_one(sparse, "sparse " + std::string(to_string(mode))); !s) return s.error();
+  }
+  const SparseConfig probe = [&] {
+    SparseConfig sc = *sparse_preset("sa");
+    sc.eta = eta;
+    sc.dense_below = dense_below;
+    return sc;
+  }();
+  return nlohmann::json{
+      {"context", context},
+      {"nodes", nodes},
+      {"rows", T},
+      {"tree", "pending token, then 6 x 3 x 2 nodes in BFS order, cut to --long-verify-nodes"},
+      {"kv_fill", "random bf16 K/V and their block min/max (bench-only hook cuda_fill_kv_random_for_bench), no prefill"},
+      {"seed", seed},
+      {"eta", eta},
+      {"dense_below", dense_below},
+      {"kept_blocks_per_kv_head", kept_blocks(probe, context, 16)},
+      {"committed_blocks", (context + 15) / 16},
+      {"sink_blocks", probe.sink_blocks},
+      {"local_blocks", probe.local_blocks},
+      {"group_size", 4},
+      {"copy_bandwidth_GBps", copy_Bps / 1e9},
+      {"weight_bytes", weight_bytes},
+      {"kv_dense_bytes", kv_dense_bytes},
+      {"byte_floor_note", "(weight bytes + KV bytes the verify reads: bf16 K/V rows, f32 block min/max for scoring) / "
+                          "copy bandwidth; logits and activations not counted"},
+      {"timing", "host wall time of forward() (ends with the logits on the host), median of 20 after 3 warm-ups, "
+                 "rolled back after each; all_logits downloads T x vocab f32, last_logits computes and downloads one row"},
+      {"verifies", rows}};
+}
+
 int fail(const std::string& message) {
   std::fprintf(stderr, "bench_cuda_decode: %s\n", message.c_str());
   return 1;
@@ -109,6 +234,18 @@ int main(int argc, char** argv) {
                  "also time tree verifies of these many draft nodes (a chain after the pending token, all logits, "
                  "rolled back), median of 50")
       ->check(CLI::Range(1, 64));
+  int64_t long_context = 0;
+  int long_nodes = 60;
+  double sparse_eta = 0.1;
+  int64_t sparse_dense_below = 1024;
+  bool tree_kernels = true;
+  app.add_option("--long-verify", long_context, "also time a tree verify at this many committed tokens (random KV)")
+      ->check(CLI::Range(int64_t{1024}, int64_t{1} << 20));
+  app.add_option("--long-verify-nodes", long_nodes, "draft nodes of that verify (6 x 3 x 2 tree cut to this size)")
+      ->check(CLI::Range(1, 63));
+  app.add_option("--sparse-eta", sparse_eta, "eta of the sparse verifies")->check(CLI::Range(0.001, 1.0));
+  app.add_option("--sparse-dense-below", sparse_dense_below, "L_b of the sparse verifies");
+  app.add_option("--tree-attention-kernels", tree_kernels, "dense verifies on the tree-attention kernels (true|false)");
   app.add_option("--profile", profile_path, "also run once under CUPTI capture into this session file");
   app.add_option("--commit", commit, "commit the binary was built from (for the JSON)");
   app.add_option("--out", out_path, "also write the JSON here");
@@ -118,6 +255,7 @@ int main(int argc, char** argv) {
   specula::cuda::set_programmatic_dependent_launch(pdl);
   specula::CudaBackendOptions options;
   options.cuda_graphs = graphs;
+  options.tree_attention_kernels = long_context > 0 && tree_kernels;
   std::unique_ptr<specula::Model> model;
   std::unique_ptr<specula::CudaBackend> backend;
   std::vector<int32_t> prompt;
@@ -216,6 +354,12 @@ int main(int argc, char** argv) {
                           {"over_decode_step", median(ms) * median(tps) / 1e3}});
     }
     results["verify"] = verifies;
+  }
+
+  if (long_context > 0) {
+    auto long_verify = time_long_verify(*backend, long_context, long_nodes, sparse_eta, sparse_dense_below);
+    if (!long_verify) return fail(long_verify.error().message);
+    results["long_verify"] = *long_verify;
   }
 
   if (!profile_path.empty()) {

@@ -180,21 +180,19 @@ std::string quoted_token(const Model& m, int32_t id) {
 }
 
 // The backend a speculative engine runs on: --backend, where auto means the GPU when one is
-// present and the run needs nothing only the CPU has (int8 activations, sparse verification,
-// a model family the CUDA backend lacks).
+// present and the run needs nothing only the CPU has (int8 activations, sparse FFN / MoE skipping
+// or exact scoring, a model family the CUDA backend lacks).
 Expected<std::unique_ptr<TransformerBackend>> engine_backend(const std::string& kind, const Model& model, int threads,
                                                              Precision precision, const SparseConfig& sparse) {
-  const bool cpu_only = precision != Precision::Default || !sparse.strict() || !cuda_backend_supports(model.config);
+  const bool cpu_only =
+      precision != Precision::Default || !cuda_sparse_supported(sparse) || !cuda_backend_supports(model.config);
   std::string resolved = kind;
   if (kind == "auto") resolved = resolve_backend_kind("auto") == "cuda" && !cpu_only ? "cuda" : "cpu";
   if (resolved == "cuda") {
     if (precision != Precision::Default) {
       return make_error("--precision int8 is a CPU option (the CUDA backend computes in bf16 and f32); use --backend cpu");
     }
-    if (!sparse.strict()) {
-      return make_error("sparse verification (--sparse, --sparse-config) runs on the CPU backend only for now; use "
-                        "--backend cpu");
-    }
+    if (auto ok = cuda_sparse_supported(sparse); !ok) return ok.error();
     if (!cuda_backend_supports(model.config)) {
       return make_error("the CUDA backend does not run " + model.config.architecture +
                         " models of this kind (MoE, q/k norms, attention biases or clipping); use --backend cpu");

@@ -9,16 +9,21 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <map>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <map>
+#include <numeric>
+#include <optional>
 
 #include "kernels/cpu/dequant.h"
 #include "kernels/cpu/tensor_type.h"
+#include "kernels/cuda/attention.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/model_ops.h"
 #include "kernels/cuda/skinny_gemm.h"
+#include "kernels/cuda/sparse_verify.h"
 #endif
 
 namespace specula {
@@ -26,6 +31,18 @@ namespace specula {
 bool cuda_backend_supports(const ModelConfig& c) {
   return !c.is_moe() && c.qk_norm == QkNorm::None && !c.qkv_bias && !c.output_bias && c.clip_qkv == 0.0f &&
          c.head_dim % 8 == 0 && c.head_dim <= 256;  // kernels/cuda/model_ops.h: attention_at
+}
+
+Status cuda_sparse_supported(const SparseConfig& c) {
+  const auto refuse = [](const std::string& option) {
+    return make_error("sparse verification on the CUDA backend does not support " + option + "; use --backend cpu");
+  };
+  if (c.ffn) return refuse("sparse FFN (ffn, presets sffn and hybrid)");
+  if (c.moe || c.moe_skip_budget > 0) return refuse("MoE expert skipping (moe, moe_skip_budget)");
+  if (c.scoring != "quest") return refuse("scoring \"" + c.scoring + "\" (only \"quest\")");
+  if (c.group_score != "logit-sum") return refuse("group_score \"" + c.group_score + "\" (only \"logit-sum\")");
+  if (c.successor_blocks != 0) return refuse("successor_blocks " + std::to_string(c.successor_blocks) + " (only 0)");
+  return {};
 }
 
 Expected<ModelConfig> synthetic_config(const std::string& name) {
@@ -67,6 +84,9 @@ uint64_t CudaBackend::device_bytes() const { return 0; }
 
 Expected<std::unique_ptr<CudaBackend>> make_cuda_backend(const Model&, const CudaBackendOptions&) {
   return make_error("--backend cuda: this specula-cli was built without CUDA (nvcc was not found at configure time)");
+}
+Status cuda_fill_kv_random_for_bench(BackendSession&, int64_t, uint64_t) {
+  return make_error("cuda_fill_kv_random_for_bench: built without CUDA");
 }
 Expected<std::unique_ptr<CudaBackend>> make_synthetic_cuda_backend(const ModelConfig&, uint64_t,
                                                                    const CudaBackendOptions&) {
@@ -170,6 +190,7 @@ struct CudaBackend::Impl {
   DeviceBuffer<uint8_t> mask;   // (T, T)
   int64_t scratch_generation = 0;  // bumped when the scratch moves (captured graphs go stale)
   bool cuda_graphs = true;
+  bool tree_attention_kernels = false;
   int32_t* host_ids = nullptr;  // pinned staging: tokens (T), positions (T), step (committed, first_new)
   uint8_t* host_mask = nullptr; // pinned, scratch_T²
 
@@ -488,8 +509,9 @@ class CudaSession final : public BackendSession {
     const auto& c = b.cfg;
     const auto T = static_cast<int64_t>(tokens.size());
     if (T == 0) return make_error("forward: no tokens");
-    if (context && context->sparse && !context->sparse->strict()) {
-      return make_error("forward: sparse verification is not supported on the CUDA backend yet (use --backend cpu)");
+    const SparseConfig* sparse = context && context->sparse && !context->sparse->strict() ? context->sparse : nullptr;
+    if (sparse) {
+      if (auto ok = cuda_sparse_supported(*sparse); !ok) return ok;
     }
     if (static_cast<int64_t>(positions.size()) != T) {
       return make_error("forward: " + std::to_string(T) + " tokens but " + std::to_string(positions.size()) +
@@ -518,6 +540,9 @@ class CudaSession final : public BackendSession {
                         " rows > capacity " + std::to_string(capacity_) + ")");
     }
     if (auto ok = b.ensure_scratch(T); !ok) return ok;
+    // Sparse verification past L_b, or a dense verify on the tree-attention kernels.
+    std::optional<SparsePlan> plan;
+    if (auto ok = plan_tree_verify(T, mask, first_new, sparse, context, &plan); !ok) return ok;
     provisional_ += T;
 
     cudaStream_t s = b.stream;
@@ -533,19 +558,53 @@ class CudaSession final : public BackendSession {
       SPECULA_CUDA_TRY(cudaMemcpyAsync(b.mask.get(), b.host_mask, T * T, cudaMemcpyHostToDevice, s), "mask upload");
       mask_dev = b.mask.get();
     }
-    // Decode steps and tree verifies replay graphs (one per shape); a prefill is launched.
-    const bool graphed = b.cuda_graphs && ((T == 1 && !mask && rows == LogitRows::Last) || (mask && T <= kMaxGraphRows));
+    // Decode steps and tree verifies replay graphs (one per shape); a prefill is launched. A
+    // planned tree verify is launched too: its grids and list sizes follow the committed length
+    // (select_blocks sizes its launches on the host), so a graph would be re-captured every step.
+    const bool graphed =
+        !plan && b.cuda_graphs && ((T == 1 && !mask && rows == LogitRows::Last) || (mask && T <= kMaxGraphRows));
+    if (plan) {
+      SPECULA_CUDA_TRY(cudaMemsetAsync(listed_rows_.get(), 0, sizeof(unsigned long long), s), "sparse verify");
+    }
     if (graphed) {
       if (auto ok = launch_graph(T, mask_dev, rows); !ok) return ok;
-    } else if (auto ok = enqueue_forward(T, mask_dev, rows); !ok) {
+    } else if (auto ok = enqueue_forward(T, mask_dev, rows, plan ? &*plan : nullptr); !ok) {
       return ok;
     }
     SPECULA_CUDA_TRY(cudaGetLastError(), "kernel launch in forward");
     const int64_t n_out = rows == LogitRows::All ? T : 1;
     SPECULA_CUDA_TRY(cudaMemcpyAsync(logits.data(), b.logits.get(), n_out * V * 4, cudaMemcpyDeviceToHost, s),
                      "logits download");
+    if (plan) {
+      SPECULA_CUDA_TRY(cudaMemcpyAsync(host_listed_rows_, listed_rows_.get(), sizeof(unsigned long long),
+                                       cudaMemcpyDeviceToHost, s),
+                       "sparse verify");
+    }
     // The forward's one host synchronization: the logits must be on the host.
     SPECULA_CUDA_TRY(cudaStreamSynchronize(s), "forward");
+    if (context && context->sparse && context->stats) {
+      // Bytes this backend reads: bf16 K and V rows, f32 block min/max for scoring.
+      const int64_t row_bytes = c.head_dim * 2 * 2;
+      const int64_t dense_bytes = c.n_layers * c.n_kv_heads * committed_ * row_bytes;
+      context->stats->kv_bytes_dense += dense_bytes;
+      context->stats->kv_bytes_read +=
+          plan ? static_cast<int64_t>(*host_listed_rows_) * row_bytes + plan->meta_bytes + plan->dense_layer_bytes
+               : dense_bytes;
+    }
+    return {};
+  }
+
+  // Bench only: see cuda_fill_kv_random_for_bench.
+  Status fill_kv_random(int64_t rows, uint64_t seed) {
+    if (rows <= 0 || rows > capacity_) {
+      return make_error("fill_kv_random: " + std::to_string(rows) + " rows outside 1.." + std::to_string(capacity_));
+    }
+    cuda::fill_uniform_bf16(keys_.get(), static_cast<int64_t>(keys_.size()), seed * 2 + 1, 1.0f, b_->stream);
+    cuda::fill_uniform_bf16(values_.get(), static_cast<int64_t>(values_.size()), seed * 2 + 2, 1.0f, b_->stream);
+    committed_ = 0;
+    provisional_ = 0;
+    if (auto ok = finish(rows); !ok) return ok;
+    SPECULA_CUDA_TRY(cudaStreamSynchronize(b_->stream), "fill_kv_random");
     return {};
   }
 
@@ -553,6 +612,7 @@ class CudaSession final : public BackendSession {
     for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
     if (rows_uploaded_) cudaEventDestroy(rows_uploaded_);
     if (host_rows_) cudaFreeHost(host_rows_);
+    if (host_listed_rows_) cudaFreeHost(host_listed_rows_);
   }
 
   Status commit(std::span<const int> keep_rows) override {
@@ -618,9 +678,292 @@ class CudaSession final : public BackendSession {
     return {};
   }
 
+  // A tree verify that does not take attention_at's dense graph path: sparse verification past
+  // L_b (engine/sparse/sparse_config.h), or (tree_attention_kernels) a dense verify on the
+  // tree-attention kernels. Mirrors the CPU's SparseSelection (engine/sparse/sparse_attention.cpp)
+  // layer by layer: dense_layers dense, anchors refresh, the other layers reuse the last refresh.
+  struct SparsePlan {
+    const SparseConfig* cfg = nullptr;  // null: every layer dense (tree_attention_kernels)
+    const ForwardContext* context = nullptr;
+    bool fast = false;  // tree_attention_sparse/dense (16-token blocks, head_dim 128); else attention_at
+    int64_t committed = 0, nb = 0;  // committed rows and blocks
+    cuda::SelectParams sp;
+    std::vector<int32_t> order;     // kernel node i = forward row order[i]
+    int64_t meta_bytes = 0;         // f32 block min/max read by refresh layers' scoring
+    int64_t dense_layer_bytes = 0;  // K/V of the layers that attend densely
+    bool lists_on_host = false;     // the last refresh's lists, downloaded for the observer
+    std::vector<int32_t> blocks, counts;
+    std::vector<uint64_t> members;
+  };
+
+  // Decides whether forward() takes a planned path and sizes its buffers. The budget is the CPU's:
+  // k = kept_blocks(L) blocks per KV head among the committed ones, sink and local included.
+  // select_blocks forces the sink blocks, the blocks from prefix_len / B - local on (which holds a
+  // partly committed last block and the tree's rows) and takes top_k more by score; so local is
+  // passed one lower when the last committed block is partial, and top_k = k minus the forced
+  // committed blocks: the same kept set as the CPU (with local_blocks 0 and a partial last block,
+  // the CUDA path keeps that block too, as it holds the tree's own rows).
+  Status plan_tree_verify(int64_t T, const AttentionMask* mask, int64_t first_new, const SparseConfig* sparse,
+                          const ForwardContext* context, std::optional<SparsePlan>* out) {
+    const auto& c = b_->cfg;
+    const bool fast_shape = c.head_dim == cuda::kAttnHeadDim && B_ == cuda::kAttnBlockSize && first_new == committed_ &&
+                            T <= cuda::kAttnMaxNodes;
+    const int64_t nb = (committed_ + B_ - 1) / B_;
+    const int64_t k = sparse ? kept_blocks(*sparse, committed_, static_cast<int>(B_)) : nb;
+    const bool sparse_active = sparse && sparse->attention && committed_ > 0 && k < nb;
+    const bool dense_fast = !sparse_active && b_->tree_attention_kernels && mask && fast_shape && committed_ > 0;
+    if (!sparse_active && !dense_fast) return {};
+    if (sparse_active && T > cuda::kAttnMaxNodes) {
+      return make_error("forward: sparse verification on the CUDA backend takes at most " +
+                        std::to_string(cuda::kAttnMaxNodes) + " rows (the pending token and " +
+                        std::to_string(cuda::kAttnMaxNodes - 1) + " tree nodes), got " + std::to_string(T));
+    }
+    if (sparse_active && c.head_dim != 64 && c.head_dim != 128) {
+      return make_error("forward: sparse verification on the CUDA backend needs head_dim 64 or 128 (this model: " +
+                        std::to_string(c.head_dim) + "); use --backend cpu");
+    }
+    SparsePlan& p = out->emplace();
+    p.cfg = sparse_active ? sparse : nullptr;
+    p.context = context;
+    p.fast = fast_shape;
+    p.committed = committed_;
+    p.nb = nb;
+    p.order.resize(static_cast<size_t>(T));
+    std::iota(p.order.begin(), p.order.end(), 0);
+    if (sparse_active && context && static_cast<int64_t>(context->query_order.size()) == T) {
+      p.order.assign(context->query_order.begin(), context->query_order.end());
+      std::vector<bool> seen(static_cast<size_t>(T), false);
+      for (int32_t r : p.order) {
+        if (r < 0 || r >= T || seen[static_cast<size_t>(r)]) return make_error("forward: query_order is not a permutation of the rows");
+        seen[static_cast<size_t>(r)] = true;
+      }
+    }
+    if (sparse_active) {
+      const SparseConfig& cfg = *sparse;
+      int64_t forced = 0;
+      for (int64_t blk = 0; blk < nb; ++blk) forced += (blk < cfg.sink_blocks || blk >= nb - cfg.local_blocks) ? 1 : 0;
+      p.sp.top_k = static_cast<int>(std::max<int64_t>(0, k - forced));
+      p.sp.sink_blocks = cfg.sink_blocks;
+      p.sp.local_blocks = committed_ % B_ != 0 && cfg.local_blocks > 0 ? cfg.local_blocks - 1 : cfg.local_blocks;
+      p.sp.group_size = cfg.group_size;
+      switch (cfg.query_mode) {
+        case QueryMode::kFirst: p.sp.mode = cuda::QueryMode::kFirstQuery; break;
+        case QueryMode::kPerQuery: p.sp.mode = cuda::QueryMode::kPerQuery; break;
+        case QueryMode::kGroupUnion: p.sp.mode = cuda::QueryMode::kGroupUnion; break;
+        case QueryMode::kGroupShared: p.sp.mode = cuda::QueryMode::kGroupShared; break;
+      }
+      p.sp.block_size = static_cast<int>(B_);
+      p.sp.head_dim = static_cast<int>(c.head_dim);
+    }
+    // Host staging: order (T int32) then ancestors (T uint64, node order) for the fast kernels.
+    std::vector<uint64_t> ancestors(static_cast<size_t>(T), 0);
+    for (int64_t i = 0; i < T; ++i) {
+      for (int64_t j = 0; j < T; ++j) {
+        const int32_t r = p.order[static_cast<size_t>(i)], q = p.order[static_cast<size_t>(j)];
+        const bool sees = mask ? mask->row(r)[q] != 0 : q <= r;
+        if (sees) ancestors[static_cast<size_t>(i)] |= uint64_t{1} << j;
+      }
+    }
+    // Device buffers, grown to this verify's sizes.
+    cuda::TreeQueries tq{nullptr, nullptr, static_cast<int>(T), static_cast<int>(c.n_heads),
+                         static_cast<int>(committed_), 0.0f};
+    const int kvh = static_cast<int>(c.n_kv_heads);
+    size_t select_ws = 0, attn_ws = 0, list_entries = 0;
+    if (sparse_active) {
+      int groups = 0, gs = 0, max_blocks = 0;
+      cuda::select_list_shape(tq, p.sp, &groups, &gs, &max_blocks);
+      select_ws = cuda::select_workspace_bytes(tq, kvh, p.sp);
+      list_entries = size_t(groups) * kvh * max_blocks;
+      if (p.fast) attn_ws = cuda::attention_workspace_bytes(tq, kvh, groups, gs, max_blocks);
+    }
+    if (p.fast) {
+      const int all_blocks = static_cast<int>((committed_ + T + B_ - 1) / B_);
+      attn_ws = std::max(attn_ws, cuda::attention_workspace_bytes(tq, kvh, 1, static_cast<int>(T), all_blocks));
+    }
+    const auto grow = [](auto& buffer, size_t n, const char* what) -> Status {
+      return n > buffer.size() ? buffer.allocate(n, what) : Status{};
+    };
+    const size_t qd = static_cast<size_t>(b_->q_dim());
+    if (auto ok = grow(sparse_q_, size_t(T) * qd, "sparse verify queries"); !ok) return ok;
+    if (auto ok = grow(sparse_out_, size_t(T) * qd, "sparse verify output"); !ok) return ok;
+    if (auto ok = grow(select_ws_, select_ws, "block selection workspace"); !ok) return ok;
+    if (auto ok = grow(attn_ws_, attn_ws, "tree attention workspace"); !ok) return ok;
+    if (auto ok = grow(list_blocks_, list_entries, "block lists"); !ok) return ok;
+    if (auto ok = grow(list_members_, list_entries, "block list members"); !ok) return ok;
+    if (auto ok = grow(list_counts_, size_t(T) * kvh, "block list counts"); !ok) return ok;
+    if (!p.fast && sparse_active) {
+      if (auto ok = grow(visible_, size_t(T) * kvh * nb, "block visibility"); !ok) return ok;
+    }
+    if (auto ok = grow(order_dev_, size_t(cuda::kAttnMaxNodes), "row order"); !ok) return ok;
+    if (auto ok = grow(ancestors_dev_, size_t(cuda::kAttnMaxNodes), "tree ancestors"); !ok) return ok;
+    if (auto ok = grow(listed_rows_, 1, "listed rows"); !ok) return ok;
+    if (!host_listed_rows_) {
+      SPECULA_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&host_listed_rows_), sizeof(unsigned long long)),
+                       "cudaMallocHost");
+    }
+    // Synchronous copies from pageable memory: these buffers may still feed the previous
+    // forward's kernels only if it had not returned, and forward() always waits for its logits.
+    SPECULA_CUDA_TRY(cudaMemcpy(order_dev_.get(), p.order.data(), size_t(T) * 4, cudaMemcpyHostToDevice), "row order upload");
+    SPECULA_CUDA_TRY(cudaMemcpy(ancestors_dev_.get(), ancestors.data(), size_t(T) * 8, cudaMemcpyHostToDevice),
+                     "ancestors upload");
+    return {};
+  }
+
+  // Layer l's attention under the plan: att (T, q_dim) f32 from the rows' queries in b.qkv.
+  Status planned_attention(SparsePlan& p, int l, const cuda::PagedKvLayer& kv, int64_t T, const uint8_t* mask_dev,
+                           const int32_t* step_dev) {
+    auto& b = *b_;
+    const auto& c = b.cfg;
+    cudaStream_t s = b.stream;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    const int64_t qd = b.q_dim(), ld = b.qkv_dim();
+    const int kvh = static_cast<int>(c.n_kv_heads);
+    const bool dense = !p.cfg || l < p.cfg->dense_layers;
+    // A layer whose anchor attends densely has no selection to reuse: it selects itself (as on the CPU).
+    const bool reuse = !dense && p.cfg->reuses(l) && p.cfg->anchor_for(l) >= p.cfg->dense_layers;
+    cuda::PagedKv pkv;
+    pkv.k = kv.keys;
+    pkv.v = kv.values;
+    pkv.block_table = kv.block_table;
+    pkv.kv_heads = kvh;
+    const cuda::TreeQueries tq{sparse_q_.get(), ancestors_dev_.get(), static_cast<int>(T), static_cast<int>(c.n_heads),
+                               static_cast<int>(p.committed), scale};
+    if (p.fast || (!dense && !reuse)) cuda::q_rows_to_bf16(b.qkv.get(), ld, T, qd, order_dev_.get(), sparse_q_.get(), s);
+    std::string error;
+    const auto failed = [&](const char* what) {
+      return make_error("CUDA backend: layer " + std::to_string(l) + " " + what + ": " + error);
+    };
+    if (dense) {
+      p.dense_layer_bytes += c.n_kv_heads * p.committed * c.head_dim * 2 * 2;
+      if (p.fast) {
+        if (!cuda::tree_attention_dense(pkv, tq, sparse_out_.get(), attn_ws_.get(), attn_ws_.size(), s, &error)) {
+          return failed("dense tree attention");
+        }
+        cuda::rows_bf16_to_f32(sparse_out_.get(), T, qd, order_dev_.get(), b.att.get(), s);
+      } else {
+        cuda::attention_at(b.qkv.get(), ld, T, c.n_heads, kv, step_dev, mask_dev, scale, b.att.get(), s, split_);
+      }
+      return p.cfg ? observe_selection(p, l, T, false, true) : Status{};
+    }
+    if (!reuse) {
+      p.sp.block_min_f32 = kv.key_min;
+      p.sp.block_max_f32 = kv.key_max;
+      lists_ = cuda::BlockLists{list_blocks_.get(), list_members_.get(), list_counts_.get(), 0, 0, 0};
+      if (!cuda::select_blocks(pkv, tq, p.sp, &lists_, select_ws_.get(), select_ws_.size(), nullptr, s, &error)) {
+        return failed("block selection");
+      }
+      p.meta_bytes += c.n_kv_heads * p.nb * 2 * c.head_dim * 4;
+      if (!p.fast) {
+        cuda::block_lists_to_visibility(lists_, static_cast<int>(T), kvh, static_cast<int>(p.nb), order_dev_.get(),
+                                        visible_.get(), s);
+      }
+      p.lists_on_host = false;
+    }
+    cuda::add_listed_rows(lists_, kvh, p.committed, static_cast<int>(B_), listed_rows_.get(), s);
+    if (p.fast) {
+      if (!cuda::tree_attention_sparse(pkv, tq, lists_, sparse_out_.get(), attn_ws_.get(), attn_ws_.size(), s, &error)) {
+        return failed("sparse tree attention");
+      }
+      cuda::rows_bf16_to_f32(sparse_out_.get(), T, qd, order_dev_.get(), b.att.get(), s);
+    } else {
+      cuda::attention_at(b.qkv.get(), ld, T, c.n_heads, kv, step_dev, mask_dev, scale, b.att.get(), s, split_,
+                         visible_.get());
+    }
+    return observe_selection(p, l, T, reuse, false);
+  }
+
+  // The CPU's layer-selection events (engine/sparse/sparse_attention.cpp, observe()): the union
+  // over rows, each group's union under grouped modes, and (kQuerySelection) each row's blocks;
+  // bit h·nb + b is committed block b of KV head h. Downloads the lists (a host sync per refresh
+  // layer), so only when someone listens.
+  Status observe_selection(SparsePlan& p, int l, int64_t T, bool reuse, bool dense) {
+    Observer* observer = p.context ? p.context->observer : nullptr;
+    if (!observes(observer, EventKind::kLayerSelection)) return {};
+    const int64_t H = b_->cfg.n_kv_heads, nb = p.nb;
+    // rows[h][r]: committed blocks row r reads on KV head h.
+    std::vector<std::vector<std::vector<int32_t>>> rows(static_cast<size_t>(H),
+                                                        std::vector<std::vector<int32_t>>(static_cast<size_t>(T)));
+    if (dense) {
+      std::vector<int32_t> all(static_cast<size_t>(nb));
+      std::iota(all.begin(), all.end(), 0);
+      for (auto& per_head : rows) {
+        for (auto& r : per_head) r = all;
+      }
+    } else {
+      if (!p.lists_on_host) {
+        const size_t entries = size_t(lists_.groups) * H * lists_.max_blocks;
+        p.blocks.resize(entries);
+        p.members.resize(entries);
+        p.counts.resize(size_t(lists_.groups) * H);
+        SPECULA_CUDA_TRY(cudaMemcpyAsync(p.blocks.data(), lists_.blocks, entries * 4, cudaMemcpyDeviceToHost, b_->stream),
+                         "block lists download");
+        SPECULA_CUDA_TRY(cudaMemcpyAsync(p.members.data(), lists_.members, entries * 8, cudaMemcpyDeviceToHost, b_->stream),
+                         "block lists download");
+        SPECULA_CUDA_TRY(cudaMemcpyAsync(p.counts.data(), lists_.counts, p.counts.size() * 4, cudaMemcpyDeviceToHost,
+                                         b_->stream),
+                         "block lists download");
+        SPECULA_CUDA_TRY(cudaStreamSynchronize(b_->stream), "block lists download");
+        p.lists_on_host = true;
+      }
+      for (int g = 0; g < lists_.groups; ++g) {
+        for (int64_t h = 0; h < H; ++h) {
+          const size_t base = (size_t(g) * H + h) * lists_.max_blocks;
+          for (int e = 0; e < p.counts[size_t(g) * H + h]; ++e) {
+            const int32_t blk = p.blocks[base + e];
+            if (blk >= nb) continue;
+            for (int i = 0; i < T; ++i) {
+              if (p.members[base + e] >> i & 1) rows[size_t(h)][size_t(p.order[size_t(i)])].push_back(blk);
+            }
+          }
+        }
+      }
+      for (auto& per_head : rows) {
+        for (auto& r : per_head) std::sort(r.begin(), r.end());
+      }
+    }
+    const auto event = [&](int32_t query, int32_t group, const std::function<bool(int64_t row)>& includes) {
+      LayerSelectionEvent e;
+      e.round = p.context->round;
+      e.layer = l;
+      e.query = query;
+      e.group = group;
+      e.mode = reuse ? SelectionMode::kReuse : SelectionMode::kRefresh;
+      e.anchor_layer = reuse ? p.cfg->anchor_for(l) : -1;
+      e.total_blocks = static_cast<int32_t>(H * nb);
+      std::vector<int32_t> ids;
+      for (int64_t h = 0; h < H; ++h) {
+        std::vector<bool> in(static_cast<size_t>(nb), false);
+        for (int64_t r = 0; r < T; ++r) {
+          if (!includes(r)) continue;
+          for (int32_t blk : rows[size_t(h)][size_t(r)]) in[size_t(blk)] = true;
+        }
+        for (int64_t blk = 0; blk < nb; ++blk) {
+          if (in[size_t(blk)]) ids.push_back(static_cast<int32_t>(h * nb + blk));
+        }
+      }
+      e.block_bits = pack_block_bits(ids, e.total_blocks);
+      observer->on_event(e);
+    };
+    event(-1, -1, [](int64_t) { return true; });
+    const QueryMode mode = p.cfg->query_mode;
+    const int64_t C = p.cfg->group_size;
+    const bool grouped = mode == QueryMode::kGroupUnion || mode == QueryMode::kGroupShared;
+    std::vector<int32_t> group_of(static_cast<size_t>(T), -1);  // row -> its group (traversal order)
+    if (grouped) {
+      for (int64_t i = 0; i < T; ++i) group_of[size_t(p.order[size_t(i)])] = static_cast<int32_t>(i / C);
+      for (int32_t g = 0; g * C < T; ++g) event(-1, g, [&](int64_t r) { return group_of[size_t(r)] == g; });
+    }
+    if (observes(observer, EventKind::kQuerySelection)) {
+      for (int64_t r = 0; r < T; ++r) {
+        event(static_cast<int32_t>(r), group_of[size_t(r)], [r](int64_t row) { return row == r; });
+      }
+    }
+    return {};
+  }
+
   // Enqueues the forward of T new tokens, from the embedding to the logits GEMM, reading the
   // tokens, positions and step scalars that forward() uploaded to b.ids.
-  Status enqueue_forward(int64_t T, const uint8_t* mask_dev, LogitRows rows) {
+  Status enqueue_forward(int64_t T, const uint8_t* mask_dev, LogitRows rows, SparsePlan* plan = nullptr) {
     auto& b = *b_;
     const auto& c = b.cfg;
     cudaStream_t s = b.stream;
@@ -644,8 +987,12 @@ class CudaSession final : public BackendSession {
         cuda::rope_append_at(b.qkv.get(), ld, T, c.n_heads, c.n_kv_heads, c.head_dim, pos_dev, c.rope_theta, adjacent, kv,
                              qd + kvd, step_dev, s);
       }
-      cuda::attention_at(b.qkv.get(), ld, T, c.n_heads, kv, step_dev, mask_dev, scale, b.att.get(), s,
-                         T <= kMaxGraphRows ? split_ : cuda::AttentionSplit{});
+      if (plan) {
+        if (auto ok = planned_attention(*plan, static_cast<int>(l), kv, T, mask_dev, step_dev); !ok) return ok;
+      } else {
+        cuda::attention_at(b.qkv.get(), ld, T, c.n_heads, kv, step_dev, mask_dev, scale, b.att.get(), s,
+                           T <= kMaxGraphRows ? split_ : cuda::AttentionSplit{});
+      }
       if (auto ok = b.gemm(L.wo.get(), dim, qd, b.att.get(), T, b.x.get(), dim, true); !ok) return ok;
       if (auto ok = b.gate_up_swiglu(L, b.x.get(), T); !ok) return ok;
       if (auto ok = b.gemm(L.down.get(), dim, ffn, b.xn.get(), T, b.x.get(), dim, true); !ok) return ok;
@@ -707,6 +1054,15 @@ class CudaSession final : public BackendSession {
   DeviceBuffer<float> kmin_, kmax_;
   DeviceBuffer<int32_t> table_, move_rows_;
   std::vector<cuda::PagedKvLayer> layers_;
+  // Planned tree verifies (plan_tree_verify): bf16 queries and outputs [T][Hq][D], the current
+  // block lists (the last refresh layer's), scratch, and the committed rows the lists load.
+  DeviceBuffer<bf16_bits> sparse_q_, sparse_out_;
+  DeviceBuffer<uint8_t> select_ws_, attn_ws_, visible_;
+  DeviceBuffer<int32_t> list_blocks_, list_counts_, order_dev_;
+  DeviceBuffer<uint64_t> list_members_, ancestors_dev_;
+  DeviceBuffer<unsigned long long> listed_rows_;
+  unsigned long long* host_listed_rows_ = nullptr;  // pinned
+  cuda::BlockLists lists_;
 };
 
 }  // namespace
@@ -736,6 +1092,12 @@ Expected<std::unique_ptr<BackendSession>> CudaBackend::start(int block_size, int
   return std::unique_ptr<BackendSession>(std::move(session));
 }
 
+Status cuda_fill_kv_random_for_bench(BackendSession& session, int64_t rows, uint64_t seed) {
+  auto* cuda_session = dynamic_cast<CudaSession*>(&session);
+  if (!cuda_session) return make_error("cuda_fill_kv_random_for_bench: not a CUDA backend session");
+  return cuda_session->fill_kv_random(rows, seed);
+}
+
 namespace {
 // One 2-token forward, so cuBLAS's lazy setup and kernel loading stay out of the first
 // prefill's timing.
@@ -756,6 +1118,7 @@ Expected<std::unique_ptr<CudaBackend>> make_cuda_backend(const Model& model, con
   std::unique_ptr<CudaBackend> backend(new CudaBackend());
   if (auto ok = backend->impl_->init(options.device); !ok) return ok.error();
   backend->impl_->cuda_graphs = options.cuda_graphs;
+  backend->impl_->tree_attention_kernels = options.tree_attention_kernels;
   if (auto ok = backend->impl_->load(model); !ok) return ok.error();
   if (auto ok = warm_up(*backend); !ok) return ok.error();
   return backend;
@@ -766,6 +1129,7 @@ Expected<std::unique_ptr<CudaBackend>> make_synthetic_cuda_backend(const ModelCo
   std::unique_ptr<CudaBackend> backend(new CudaBackend());
   if (auto ok = backend->impl_->init(options.device); !ok) return ok.error();
   backend->impl_->cuda_graphs = options.cuda_graphs;
+  backend->impl_->tree_attention_kernels = options.tree_attention_kernels;
   if (auto ok = backend->impl_->generate_synthetic(config, seed); !ok) return ok.error();
   if (auto ok = warm_up(*backend); !ok) return ok.error();
   return backend;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/backend/transformer_backend.h"
+#include "engine/sparse/sparse_config.h"
 
 namespace specula {
 
@@ -17,6 +18,12 @@ struct CudaBackendOptions {
   // replay a CUDA graph captured on the first use of each shape: one launch instead of ~6 per
   // layer. Off: every kernel is launched each step.
   bool cuda_graphs = true;
+  // Dense tree verifies (a mask, up to 64 rows) of caches with 16-token blocks and head_dim 128
+  // run kernels/cuda/attention.h's tree_attention_dense (bf16 queries; K/V loads shared across
+  // the tree and the GQA group) instead of attention_at (f32 queries, one CTA per row and q
+  // head), without a graph. Off by default: the greedy fidelity tests cover attention_at.
+  // Sparse verifies of such caches always use the tree-attention kernels.
+  bool tree_attention_kernels = false;
 };
 
 // True when built with CUDA and at least one GPU is visible (never prints).
@@ -24,6 +31,17 @@ bool cuda_gpu_available();
 // The CUDA backend runs the llama family only: no MoE layers, q/k norms, attention biases or
 // clipping; head_dim a multiple of 8, at most 256.
 bool cuda_backend_supports(const ModelConfig& config);
+
+// Whether sparse verification with `config` runs on the CUDA backend: sparse attention only
+// (Quest scoring, logit-sum group scores, no successor blocks); an error naming the first option
+// it cannot honour otherwise. Strict configs are supported.
+Status cuda_sparse_supported(const SparseConfig& config);
+
+// Bench only (bench/cuda_decode.cpp): makes rows 0..rows-1 of a CUDA session's KV cache random
+// bf16 keys and values (uniform in [-1, 1), every layer) with block min/max computed from them,
+// and commits them, so a long-context verify can be timed without a prefill. Not a model state:
+// logits after it are meaningless. Error for a session of another backend.
+Status cuda_fill_kv_random_for_bench(BackendSession& session, int64_t rows, uint64_t seed);
 
 class CudaBackend : public TransformerBackend {
  public:

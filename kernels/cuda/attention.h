@@ -69,6 +69,14 @@ struct SelectParams {
   int top_k = 64;       // blocks chosen by score, on top of the forced ones
   int sink_blocks = 1;  // first blocks, always in
   int local_blocks = 2; // last prefix blocks before the tree, always in (tree blocks are always in)
+  // The cache's layout where it differs from PagedKv's (select_blocks only; the attention kernels
+  // need 16-token blocks, head_dim 128): block size 8..128, head_dim 64 or 128, and f32 block
+  // min/max [num_blocks][Hk][head_dim] read instead of kv.block_min/max when given (the model
+  // backend's cache, engine/backend/cuda_backend.cpp).
+  int block_size = kAttnBlockSize;
+  int head_dim = kAttnHeadDim;
+  const float* block_min_f32 = nullptr;
+  const float* block_max_f32 = nullptr;
 };
 
 // Device scratch for one call; sizes come from the *_bytes functions. Callers own the memory.
@@ -89,8 +97,9 @@ bool tree_attention_sparse(const PagedKv& kv, const TreeQueries& tq, const Block
 
 // Quest scoring per (selector node, kv head, logical block):
 //   score = sum over the GQA group's q heads h, dims d of max(q[h][d] * max[d], q[h][d] * min[d]);
-// forced blocks (sink, local, tree) score +inf; then top-(forced + top_k) per selector and the
-// per-group union with member masks. `scores` (optional, may be null) receives
+// forced blocks (sink, local, tree) score +inf; then top-(forced + top_k) per selector (a radix
+// select; ties go to the lower block id, as a stable descending sort would) and the per-group
+// union with member masks. q is [nodes][Hq][sp.head_dim] bf16. `scores` (optional, may be null) receives
 // [selectors][Hk][logical_blocks] float for tests.
 bool select_blocks(const PagedKv& kv, const TreeQueries& tq, const SelectParams& sp, BlockLists* lists,
                    void* workspace, size_t workspace_bytes, float* scores, void* stream, std::string* error);

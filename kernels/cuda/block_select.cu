@@ -1,6 +1,5 @@
-// Quest block scoring, top-k (CUB segmented radix sort) and the per-group block lists the sparse
-// verify reads. Three launches: score, sort, build lists.
-#include <cub/device/device_segmented_radix_sort.cuh>
+// Quest block scoring, top-k by radix select, and the per-group block lists the sparse verify
+// reads. Three launches: score, select, build lists.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -11,11 +10,9 @@
 namespace specula::cuda {
 namespace {
 
-constexpr int B = kAttnBlockSize;
-constexpr int D = kAttnHeadDim;
 constexpr int kScoreBlocks = 32;  // logical blocks per scoring CTA, one per lane
-constexpr int kMetaRowWords = D / 2 + 1;  // bf16 pairs per smem row, +1 word so lanes hit distinct banks
 constexpr int kListThreads = 256;
+constexpr int kSelectThreads = 256;
 
 struct Shape {
   int nblocks = 0, first_forced = 0, forced = 0, take = 0, stride = 1, selectors = 0, groups = 0, group_size = 0,
@@ -24,6 +21,7 @@ struct Shape {
 
 Shape make_shape(const TreeQueries& tq, const SelectParams& sp) {
   Shape s;
+  const int B = sp.block_size;
   s.nblocks = (tq.prefix_len + tq.nodes + B - 1) / B;
   s.first_forced = std::max(0, tq.prefix_len / B - sp.local_blocks);
   for (int b = 0; b < s.nblocks; ++b) s.forced += (b < sp.sink_blocks || b >= s.first_forced) ? 1 : 0;
@@ -42,25 +40,27 @@ Shape make_shape(const TreeQueries& tq, const SelectParams& sp) {
   return s;
 }
 
-// scores[sel][kvh][b] (float), ids[sel][kvh][b] = b; offsets[i] = i * nblocks.
-__global__ void quest_score_kernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ bmin,
-                                   const __nv_bfloat16* __restrict__ bmax, const int32_t* __restrict__ block_table,
+__device__ __forceinline__ float meta_at(const __nv_bfloat16* p, size_t i) { return __bfloat162float(p[i]); }
+__device__ __forceinline__ float meta_at(const float* p, size_t i) { return p[i]; }
+
+// scores[sel][kvh][b] (float). Metadata of the CTA's 32 blocks is staged in shared memory as f32,
+// one row of kD + 1 floats per (min|max, block): the odd row stride puts the 32 lanes' reads of
+// one dimension in 32 distinct banks.
+template <int kD, class Meta>
+__global__ void quest_score_kernel(const __nv_bfloat16* __restrict__ q, const Meta* __restrict__ bmin,
+                                   const Meta* __restrict__ bmax, const int32_t* __restrict__ block_table,
                                    int kv_heads, int q_heads, int selectors, int stride, int nblocks, int sink_blocks,
-                                   int first_forced, float* scores, int32_t* ids, int32_t* offsets) {
-  __shared__ uint32_t meta[kScoreBlocks][2][kMetaRowWords];
+                                   int first_forced, float* scores) {
+  __shared__ float meta[2][kScoreBlocks][kD + 1];
   const int kvh = blockIdx.y, b0 = blockIdx.x * kScoreBlocks, gqa = q_heads / kv_heads;
-  for (int i = threadIdx.x; i < kScoreBlocks * 2 * (D / 2); i += blockDim.x) {
-    const int blk = i / (2 * (D / 2)), which = i / (D / 2) % 2, w = i % (D / 2);
-    uint32_t val = 0;
+  for (int i = threadIdx.x; i < kScoreBlocks * 2 * kD; i += blockDim.x) {
+    const int blk = i / (2 * kD), which = i / kD % 2, d = i % kD;
+    float val = 0.f;
     if (b0 + blk < nblocks) {
       const size_t phys = static_cast<size_t>(block_table[b0 + blk]);
-      const __nv_bfloat16* src = (which ? bmax : bmin) + (phys * kv_heads + kvh) * D + 2 * w;
-      val = *reinterpret_cast<const uint32_t*>(src);
+      val = meta_at(which ? bmax : bmin, (phys * kv_heads + kvh) * kD + d);
     }
-    meta[blk][which][w] = val;
-  }
-  if (blockIdx.x == 0 && blockIdx.y == 0) {
-    for (int i = threadIdx.x; i <= selectors * kv_heads; i += blockDim.x) offsets[i] = i * nblocks;
+    meta[which][blk][d] = val;
   }
   __syncthreads();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, b = b0 + lane;
@@ -68,21 +68,119 @@ __global__ void quest_score_kernel(const __nv_bfloat16* __restrict__ q, const __
     const int node = sel * stride;
     float acc = 0.f;
     for (int h = 0; h < gqa; ++h) {
-      const __nv_bfloat16* qr = q + (size_t(node) * q_heads + kvh * gqa + h) * D;
-      for (int w = 0; w < D / 2; ++w) {
+      const __nv_bfloat16* qr = q + (size_t(node) * q_heads + kvh * gqa + h) * kD;
+      for (int w = 0; w < kD / 2; ++w) {
         const float2 qv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(qr + 2 * w));
-        const uint32_t mnw = meta[lane][0][w], mxw = meta[lane][1][w];
-        const float2 mn = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&mnw));
-        const float2 mx = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&mxw));
-        acc += fmaxf(qv.x * mn.x, qv.x * mx.x) + fmaxf(qv.y * mn.y, qv.y * mx.y);
+        const float mnx = meta[0][lane][2 * w], mny = meta[0][lane][2 * w + 1];
+        const float mxx = meta[1][lane][2 * w], mxy = meta[1][lane][2 * w + 1];
+        acc += fmaxf(qv.x * mnx, qv.x * mxx) + fmaxf(qv.y * mny, qv.y * mxy);
       }
     }
     if (b < nblocks) {
       const bool forced = b < sink_blocks || b >= first_forced;
-      const size_t at = (size_t(sel) * kv_heads + kvh) * nblocks + b;
-      scores[at] = forced ? INFINITY : acc;
-      ids[at] = b;
+      scores[(size_t(sel) * kv_heads + kvh) * nblocks + b] = forced ? INFINITY : acc;
     }
+  }
+}
+
+// Order-preserving map of a float to an unsigned key (larger float, larger key); -0 and +0 get
+// one key, so they tie (and go by block id) as they do in a float comparison.
+__device__ __forceinline__ uint32_t order_key(float f) {
+  const uint32_t u = f == 0.f ? 0u : __float_as_uint(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// One CTA per (selector, kv head) segment of nblocks scores: the `take` largest, ties to the
+// lower block id, written as ascending block ids to chosen[seg * nblocks + 0..take).
+// Radix select on the 32-bit keys, 8 bits a pass: each pass histograms the keys that match the
+// digits fixed so far and fixes the next digit (where the count from the top reaches `need`),
+// so after 4 passes the take-th largest key is known exactly, and how many keys equal to it are
+// still needed. A compaction in block order then keeps every larger key and the first `need`
+// equal ones. Reads the scores once from memory (the segment lives in shared memory), where the
+// segmented radix sort it replaces moved keys and ids through memory on every one of its passes.
+__global__ void __launch_bounds__(kSelectThreads) top_k_select_kernel(const float* __restrict__ scores, int nblocks,
+                                                                       int take, int32_t* __restrict__ chosen) {
+  extern __shared__ uint32_t keys[];  // [nblocks]
+  __shared__ uint32_t hist[256];
+  __shared__ uint32_t s_prefix;
+  __shared__ int s_need;
+  __shared__ int warp_gt[kSelectThreads / 32], warp_eq[kSelectThreads / 32];
+  const size_t seg = blockIdx.x;
+  int32_t* out = chosen + seg * nblocks;
+  if (take >= nblocks) {
+    for (int b = threadIdx.x; b < nblocks; b += blockDim.x) out[b] = b;
+    return;
+  }
+  for (int b = threadIdx.x; b < nblocks; b += blockDim.x) keys[b] = order_key(scores[seg * nblocks + b]);
+  uint32_t prefix = 0, fixed = 0;  // digits fixed so far, and their bit mask
+  int need = take;                 // keys still wanted among those matching `prefix`
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
+    __syncthreads();
+    for (int b = threadIdx.x; b < nblocks; b += blockDim.x) {
+      const uint32_t k = keys[b];
+      if ((k & fixed) == prefix) atomicAdd(&hist[(k >> shift) & 255u], 1u);
+    }
+    __syncthreads();
+    if (warp == 0) {
+      // Lane l holds digits 255 - 8l .. 248 - 8l (descending); a scan over lanes finds the digit
+      // where the count from the top first reaches `need`.
+      uint32_t c[8], local = 0;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        c[i] = hist[255 - 8 * lane - i];
+        local += c[i];
+      }
+      uint32_t incl = local;
+      for (int o = 1; o < 32; o <<= 1) {
+        const uint32_t v = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += v;
+      }
+      const uint32_t excl = incl - local;
+      const unsigned hit = __ballot_sync(0xffffffffu, excl < uint32_t(need) && incl >= uint32_t(need));
+      if (lane == __ffs(hit) - 1) {
+        uint32_t acc = excl;
+        int i = 0;
+        while (acc + c[i] < uint32_t(need)) acc += c[i++];
+        s_prefix = prefix | (uint32_t(255 - 8 * lane - i) << shift);
+        s_need = need - static_cast<int>(acc);
+      }
+    }
+    __syncthreads();
+    prefix = s_prefix;
+    need = s_need;
+    fixed |= 255u << shift;
+  }
+  // prefix is now the take-th largest key; keep keys above it and the first `need` equal to it.
+  const int per_warp = ((nblocks + kSelectThreads / 32 - 1) / (kSelectThreads / 32) + 31) / 32 * 32;
+  const int begin = warp * per_warp, end = min(nblocks, begin + per_warp);
+  int gt = 0, eq = 0;
+  for (int b0 = begin; b0 < end; b0 += 32) {
+    const uint32_t k = b0 + lane < end ? keys[b0 + lane] : 0u;
+    gt += __popc(__ballot_sync(0xffffffffu, b0 + lane < end && k > prefix));
+    eq += __popc(__ballot_sync(0xffffffffu, b0 + lane < end && k == prefix));
+  }
+  if (lane == 0) {
+    warp_gt[warp] = gt;
+    warp_eq[warp] = eq;
+  }
+  __syncthreads();
+  int at = 0, eq_before = 0;  // outputs and equal keys in the warps before this one
+  for (int w = 0; w < warp; ++w) {
+    at += warp_gt[w] + min(warp_eq[w], max(0, need - eq_before));
+    eq_before += warp_eq[w];
+  }
+  for (int b0 = begin; b0 < end; b0 += 32) {
+    const int b = b0 + lane;
+    const uint32_t k = b < end ? keys[b] : 0u;
+    const unsigned is_eq = __ballot_sync(0xffffffffu, b < end && k == prefix);
+    const int eq_rank = eq_before + __popc(is_eq & ((1u << lane) - 1u));
+    const bool keep = b < end && (k > prefix || (k == prefix && eq_rank < need));
+    const unsigned kept = __ballot_sync(0xffffffffu, keep);
+    if (keep) out[at + __popc(kept & ((1u << lane) - 1u))] = b;
+    at += __popc(kept);
+    eq_before += __popc(is_eq);
   }
 }
 
@@ -122,21 +220,15 @@ __global__ void build_lists_kernel(const int32_t* __restrict__ sorted_ids, int k
 }
 
 struct Layout {
-  size_t n = 0, cub_bytes = 0, total = 0;
+  size_t n = 0, total = 0;  // scores, then chosen ids: n = selectors * Hk * nblocks each
 };
 
-Layout make_layout(const TreeQueries& tq, int kv_heads, const Shape& s) {
+size_t align256(size_t x) { return (x + 255) / 256 * 256; }
+
+Layout make_layout(int kv_heads, const Shape& s) {
   Layout L;
   L.n = size_t(s.selectors) * kv_heads * s.nblocks;
-  cub::DeviceSegmentedRadixSort::SortPairsDescending(nullptr, L.cub_bytes, static_cast<const float*>(nullptr),
-                                                      static_cast<float*>(nullptr),
-                                                      static_cast<const int32_t*>(nullptr),
-                                                      static_cast<int32_t*>(nullptr), static_cast<int>(L.n),
-                                                      s.selectors * kv_heads, static_cast<const int32_t*>(nullptr),
-                                                      static_cast<const int32_t*>(nullptr) + 1);
-  auto align = [](size_t x) { return (x + 255) / 256 * 256; };
-  L.total = 4 * align(L.n * 4) + align((size_t(s.selectors) * kv_heads + 1) * 4) + align(L.cub_bytes);
-  (void)tq;
+  L.total = 2 * align256(L.n * 4);
   return L;
 }
 
@@ -162,7 +254,7 @@ void select_list_shape(const TreeQueries& tq, const SelectParams& sp, int* group
 }
 
 size_t select_workspace_bytes(const TreeQueries& tq, int kv_heads, const SelectParams& sp) {
-  return make_layout(tq, kv_heads, make_shape(tq, sp)).total;
+  return make_layout(kv_heads, make_shape(tq, sp)).total;
 }
 
 bool select_blocks(const PagedKv& kv, const TreeQueries& tq, const SelectParams& sp, BlockLists* lists,
@@ -171,50 +263,59 @@ bool select_blocks(const PagedKv& kv, const TreeQueries& tq, const SelectParams&
     if (error) *error = "select_blocks: " + what;
     return false;
   };
+  const bool f32_meta = sp.block_min_f32 != nullptr;
   if (tq.nodes < 1 || tq.nodes > kAttnMaxNodes) return fail("nodes must be 1..64");
   if (kv.kv_heads < 1 || tq.q_heads % kv.kv_heads != 0) return fail("q_heads must be a multiple of kv_heads");
-  if (!kv.block_min || !kv.block_max || !kv.block_table || !tq.q) return fail("null input pointer");
+  if ((f32_meta ? !sp.block_max_f32 : (!kv.block_min || !kv.block_max)) || !kv.block_table || !tq.q) {
+    return fail("null input pointer");
+  }
   if (sp.top_k < 0 || sp.sink_blocks < 0 || sp.local_blocks < 0) return fail("negative top_k/sink/local");
+  if (sp.head_dim != 64 && sp.head_dim != 128) return fail("head_dim " + std::to_string(sp.head_dim) + " (64 or 128)");
+  if (sp.block_size < 8 || sp.block_size > 128) return fail("block size " + std::to_string(sp.block_size) + " (8..128)");
   const Shape s = make_shape(tq, sp);
-  const Layout L = make_layout(tq, kv.kv_heads, s);
+  const Layout L = make_layout(kv.kv_heads, s);
   if (workspace_bytes < L.total) return fail("workspace too small");
   if (!lists || !lists->blocks || !lists->members || !lists->counts) return fail("null block lists");
   lists->groups = s.groups;
   lists->group_size = s.group_size;
   lists->max_blocks = s.max_blocks;
   const size_t mask_bytes = size_t(s.nblocks) * sizeof(unsigned long long);
+  const size_t key_bytes = size_t(s.nblocks) * sizeof(uint32_t);
   int dev = 0, smem_optin = 0;
   cudaGetDevice(&dev);
   cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
   if (mask_bytes > size_t(smem_optin)) return fail("context too long: " + std::to_string(s.nblocks) + " blocks");
 
-  auto align = [](size_t x) { return (x + 255) / 256 * 256; };
   auto* base = static_cast<unsigned char*>(workspace);
-  auto* keys_in = reinterpret_cast<float*>(base);
-  auto* keys_out = reinterpret_cast<float*>(base + align(L.n * 4));
-  auto* ids_in = reinterpret_cast<int32_t*>(base + 2 * align(L.n * 4));
-  auto* ids_out = reinterpret_cast<int32_t*>(base + 3 * align(L.n * 4));
-  auto* offsets = reinterpret_cast<int32_t*>(base + 4 * align(L.n * 4));
-  void* cub_temp = base + 4 * align(L.n * 4) + align((size_t(s.selectors) * kv.kv_heads + 1) * 4);
+  auto* scores = reinterpret_cast<float*>(base);
+  auto* chosen = reinterpret_cast<int32_t*>(base + align256(L.n * 4));
   auto st = static_cast<cudaStream_t>(stream);
 
-  quest_score_kernel<<<dim3((s.nblocks + kScoreBlocks - 1) / kScoreBlocks, kv.kv_heads), 256, 0, st>>>(
-      reinterpret_cast<const __nv_bfloat16*>(tq.q), reinterpret_cast<const __nv_bfloat16*>(kv.block_min),
-      reinterpret_cast<const __nv_bfloat16*>(kv.block_max), kv.block_table, kv.kv_heads, tq.q_heads, s.selectors,
-      s.stride, s.nblocks, sp.sink_blocks, s.first_forced, keys_in, ids_in, offsets);
-  if (scores_copy) cudaMemcpyAsync(scores_copy, keys_in, L.n * sizeof(float), cudaMemcpyDeviceToDevice, st);
-  size_t cub_bytes = L.cub_bytes;
-  cudaError_t err = cub::DeviceSegmentedRadixSort::SortPairsDescending(
-      cub_temp, cub_bytes, keys_in, keys_out, ids_in, ids_out, static_cast<int>(L.n), s.selectors * kv.kv_heads,
-      offsets, offsets + 1, 0, 32, st);
-  if (err != cudaSuccess) return fail(std::string("segmented sort: ") + cudaGetErrorString(err));
+  const dim3 score_grid((s.nblocks + kScoreBlocks - 1) / kScoreBlocks, kv.kv_heads);
+  const auto* q = reinterpret_cast<const __nv_bfloat16*>(tq.q);
+  const auto* bmin = reinterpret_cast<const __nv_bfloat16*>(kv.block_min);
+  const auto* bmax = reinterpret_cast<const __nv_bfloat16*>(kv.block_max);
+#define SPECULA_SCORE(D, MIN, MAX)                                                                                   \
+  quest_score_kernel<D><<<score_grid, 256, 0, st>>>(q, MIN, MAX, kv.block_table, kv.kv_heads, tq.q_heads, s.selectors, \
+                                                    s.stride, s.nblocks, sp.sink_blocks, s.first_forced, scores)
+  if (sp.head_dim == 128) {
+    if (f32_meta) SPECULA_SCORE(128, sp.block_min_f32, sp.block_max_f32); else SPECULA_SCORE(128, bmin, bmax);
+  } else {
+    if (f32_meta) SPECULA_SCORE(64, sp.block_min_f32, sp.block_max_f32); else SPECULA_SCORE(64, bmin, bmax);
+  }
+#undef SPECULA_SCORE
+  if (scores_copy) cudaMemcpyAsync(scores_copy, scores, L.n * sizeof(float), cudaMemcpyDeviceToDevice, st);
+  if (key_bytes > 48 * 1024) {
+    cudaFuncSetAttribute(top_k_select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(key_bytes));
+  }
+  top_k_select_kernel<<<s.selectors * kv.kv_heads, kSelectThreads, key_bytes, st>>>(scores, s.nblocks, s.take, chosen);
   if (mask_bytes > 48 * 1024) {
     cudaFuncSetAttribute(build_lists_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(mask_bytes));
   }
   build_lists_kernel<<<dim3(s.groups, kv.kv_heads), kListThreads, mask_bytes, st>>>(
-      ids_out, kv.kv_heads, tq.nodes, s.nblocks, s.take, s.stride, s.group_size, s.max_blocks, lists->blocks,
+      chosen, kv.kv_heads, tq.nodes, s.nblocks, s.take, s.stride, s.group_size, s.max_blocks, lists->blocks,
       lists->members, lists->counts);
-  err = cudaGetLastError();
+  const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return fail(std::string("launch failed: ") + cudaGetErrorString(err));
   return true;
 }

@@ -220,7 +220,8 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attention_kernel(const float*
                                                                     const uint8_t* __restrict__ mask, float scale,
                                                                     float* __restrict__ out,
                                                                     const int32_t* __restrict__ step,
-                                                                    AttentionSplit split) {
+                                                                    AttentionSplit split,
+                                                                    const uint8_t* __restrict__ block_visible) {
   pdl_trigger();
   pdl_wait();
   const int64_t committed = step[kStepCommitted], first_new = step[kStepFirstNew];
@@ -248,6 +249,9 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attention_kernel(const float*
         const int64_t j = idx - committed;
         visible = mask ? mask[t * T + j] != 0 : j <= t;
         row = first_new + j;
+      } else if (block_visible) {
+        const int64_t committed_blocks = (committed + kv.block_size - 1) / kv.block_size;
+        visible = block_visible[(t * kv.n_kv_heads + kvh) * committed_blocks + idx / kv.block_size] != 0;
       }
       if (visible) {
         slot = slot_row(kv, row, kvh);
@@ -513,21 +517,22 @@ void kv_move_rows_layers(const PagedKvLayer& first, const KvLayerStrides& stride
 }
 
 void attention_at(const float* q, int64_t ld_q, int64_t T, int64_t n_heads, const PagedKvLayer& kv, const int32_t* step,
-                  const uint8_t* mask, float scale, float* out, cudaStream_t stream, const AttentionSplit& split) {
+                  const uint8_t* mask, float scale, float* out, cudaStream_t stream, const AttentionSplit& split,
+                  const uint8_t* block_visible) {
   const dim3 grid(static_cast<unsigned>(n_heads), static_cast<unsigned>(T),
                   static_cast<unsigned>(split.splits > 1 ? split.splits : 1));
   const dim3 block(kAttnWarps * 32);
   if (kv.head_dim == 64) {
-    launch_pdl(attention_kernel<8, 64>, grid, block, 0, stream, q, ld_q, T, n_heads, kv, mask, scale, out, step, split);
+    launch_pdl(attention_kernel<8, 64>, grid, block, 0, stream, q, ld_q, T, n_heads, kv, mask, scale, out, step, split, block_visible);
   } else if (kv.head_dim == 128) {
-    launch_pdl(attention_kernel<8, 128>, grid, block, 0, stream, q, ld_q, T, n_heads, kv, mask, scale, out, step, split);
+    launch_pdl(attention_kernel<8, 128>, grid, block, 0, stream, q, ld_q, T, n_heads, kv, mask, scale, out, step, split, block_visible);
   } else if (kv.head_dim <= 64) {
-    launch_pdl(attention_kernel<2, 0>, grid, block, 0, stream, q, ld_q, T, n_heads, kv, mask, scale, out, step, split);
+    launch_pdl(attention_kernel<2, 0>, grid, block, 0, stream, q, ld_q, T, n_heads, kv, mask, scale, out, step, split, block_visible);
   } else if (kv.head_dim <= 128) {
-    launch_pdl(attention_kernel<4, 0>, grid, block, 0, stream, q, ld_q, T, n_heads, kv, mask, scale, out, step, split);
+    launch_pdl(attention_kernel<4, 0>, grid, block, 0, stream, q, ld_q, T, n_heads, kv, mask, scale, out, step, split, block_visible);
   } else {
     launch_pdl(attention_kernel<kMaxPerLane, 0>, grid, block, 0, stream, q, ld_q, T, n_heads, kv, mask, scale, out, step,
-               split);
+               split, block_visible);
   }
 }
 

@@ -111,9 +111,12 @@ AttentionSplit attention_split_for(int64_t max_rows, int64_t head_dim);
 // online softmax in f32. q: row t at q + t·ld_q, heads of head_dim. Token t sees KV rows
 // [0, committed) and new rows first_new + j for j allowed by mask (T×T uint8, row-major;
 // nullptr = causal j ≤ t). out: (T, n_heads·head_dim) f32. head_dim a multiple of 8, ≤ 256.
+// block_visible (sparse verification; nullptr = every committed row): token t sees committed
+// rows of logical block b on KV head h only where block_visible[(t·n_kv_heads + h)·nb + b] != 0,
+// nb = ceil(committed / block_size); rows of other blocks are never loaded.
 void attention_at(const float* q, int64_t ld_q, int64_t T, int64_t n_heads, const PagedKvLayer& kv, const int32_t* step,
                   const uint8_t* mask, float scale, float* out, cudaStream_t stream,
-                  const AttentionSplit& split = {});
+                  const AttentionSplit& split = {}, const uint8_t* block_visible = nullptr);
 
 // Programmatic dependent launch for the decode step's kernels (kernels/cuda/pdl.cuh says what
 // it is); process-wide, on by default.
