@@ -240,7 +240,7 @@ void MoeTest::check(const MoeShape& s, std::initializer_list<int64_t> token_coun
                   static_cast<long long>(F), static_cast<long long>(SF), static_cast<long long>(T),
                   skipping ? "skipping" : "no skip", run.size(), static_cast<long long>(stats.skipped()),
                   static_cast<long long>(stats.routed()), tokens_skipping, near_ties);
-      if (skipping && T >= 8) {
+      if (skipping && T >= 16) {  // each token skips with probability ~1/2 (median thresholds)
         EXPECT_GT(tokens_skipping, 0) << "the rule never fired: the test would not exercise it";
       }
 
