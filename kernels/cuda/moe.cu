@@ -289,18 +289,20 @@ size_t moe_scratch_bytes(const MoeShape& s, int64_t max_tokens) {
   return static_cast<size_t>(lay_out(0, s, max_tokens, &m));
 }
 
-bool moe_ffn(const MoeShape& s, const MoeDeviceWeights& w, const float* xn, int64_t ld_x, int64_t T,
-             const MoeDeviceSkip* skip, float* y, int64_t ldy, bool accumulate, const MoeScratch& m,
-             cudaStream_t stream) {
-  auto a16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+namespace {
+bool a16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+unsigned blocks_for(int64_t outputs) { return static_cast<unsigned>((outputs + kWarps - 1) / kWarps); }
+}  // namespace
+
+bool moe_route(const MoeShape& s, const MoeDeviceWeights& w, const float* xn, int64_t ld_x, int64_t T,
+               const MoeDeviceSkip* skip, const MoeScratch& m, cudaStream_t stream) {
   const bool shared = s.shared_ffn > 0;
   const bool ok = T >= 1 && T <= kMoeMaxTokens && s.dim >= 8 && s.dim % 8 == 0 && s.expert_ffn >= 8 &&
                   s.expert_ffn % 8 == 0 && s.shared_ffn % 8 == 0 && s.n_experts >= 1 &&
                   s.n_experts <= kMoeMaxExperts && s.top_k >= 1 && s.top_k <= s.n_experts &&
                   s.top_k <= kMoeMaxTopK && ld_x % 4 == 0 && a16(xn) && a16(w.router) && a16(w.gate_up) &&
                   a16(w.down) && m.logits != nullptr && m.act != nullptr && a16(m.act) &&
-                  (!shared || (a16(w.shared_gate_up) && a16(w.shared_down) && w.shared_gate != nullptr &&
-                               m.shared_act != nullptr && a16(m.shared_act)));
+                  (!shared || w.shared_gate != nullptr);
   if (!ok) return false;
   if (!skinny_gemm(w.router, s.n_experts, s.dim, xn, ld_x, T, m.logits, s.n_experts, false, stream)) return false;
   const int rows = static_cast<int>(T), k = static_cast<int>(s.top_k), E = static_cast<int>(s.n_experts);
@@ -311,38 +313,69 @@ bool moe_ffn(const MoeShape& s, const MoeDeviceWeights& w, const float* xn, int6
                                         m.weights, m.skipped, m.shared_scale);
   bucket_kernel<<<1, kBucketThreads, 0, stream>>>(m.ids, m.skipped, rows, k, E, m.expert_rows, m.expert_first,
                                                   m.active, m.n_active, m.pair_token, m.pair_row);
+  return true;
+}
+
+void moe_experts(const MoeShape& s, const MoeDeviceWeights& w, const float* xn, int64_t ld_x, int64_t T,
+                 const MoeScratch& m, cudaStream_t stream) {
+  const int rows = static_cast<int>(T);
   // A grid row per expert that can be active: no more than the pairs, nor the experts.
-  const auto slots = static_cast<unsigned>(T * k < E ? T * k : E);
-  const auto ffn_blocks = static_cast<unsigned>((s.expert_ffn + kWarps - 1) / kWarps);
-  const auto dim_blocks = static_cast<unsigned>((s.dim + kWarps - 1) / kWarps);
+  const auto slots = static_cast<unsigned>(T * s.top_k < s.n_experts ? T * s.top_k : s.n_experts);
   // Rows per expert: at most T (a token routes to an expert once).
   warp_dot::with_rows<16>(T, [&](auto tc) {
     constexpr int TC = decltype(tc)::value;
-    expert_gate_up_kernel<TC, false><<<dim3(ffn_blocks, slots), kWarps * 32, 0, stream>>>(
+    expert_gate_up_kernel<TC, false><<<dim3(blocks_for(s.expert_ffn), slots), kWarps * 32, 0, stream>>>(
         w.gate_up, s.expert_ffn, s.dim, xn, ld_x, rows, m.active, m.n_active, m.expert_rows, m.expert_first,
         m.pair_token, m.act);
   });
   warp_dot::with_rows<32>(T, [&](auto tc) {
     constexpr int TC = decltype(tc)::value;
-    expert_down_kernel<TC, false><<<dim3(dim_blocks, slots), kWarps * 32, 0, stream>>>(
+    expert_down_kernel<TC, false><<<dim3(blocks_for(s.dim), slots), kWarps * 32, 0, stream>>>(
         w.down, s.expert_ffn, s.dim, rows, m.active, m.n_active, m.expert_rows, m.expert_first, m.act, m.out);
   });
-  if (shared) {
-    const auto shared_blocks = static_cast<unsigned>((s.shared_ffn + kWarps - 1) / kWarps);
-    warp_dot::with_rows<16>(T, [&](auto tc) {
-      constexpr int TC = decltype(tc)::value;
-      expert_gate_up_kernel<TC, true><<<dim3(shared_blocks, 1), kWarps * 32, 0, stream>>>(
-          w.shared_gate_up, s.shared_ffn, s.dim, xn, ld_x, rows, nullptr, nullptr, nullptr, nullptr, nullptr,
-          m.shared_act);
-    });
-    warp_dot::with_rows<32>(T, [&](auto tc) {
-      constexpr int TC = decltype(tc)::value;
-      expert_down_kernel<TC, true><<<dim3(dim_blocks, 1), kWarps * 32, 0, stream>>>(
-          w.shared_down, s.shared_ffn, s.dim, rows, nullptr, nullptr, nullptr, nullptr, m.shared_act, m.shared_out);
-    });
+}
+
+bool moe_shared_expert(const MoeShape& s, const MoeDeviceWeights& w, const float* xn, int64_t ld_x, int64_t T,
+                       const MoeScratch& m, cudaStream_t stream) {
+  if (s.shared_ffn <= 0 || !a16(w.shared_gate_up) || !a16(w.shared_down) || w.shared_gate_up == nullptr ||
+      w.shared_down == nullptr || m.shared_act == nullptr || !a16(m.shared_act) || m.shared_out == nullptr) {
+    return false;
   }
+  const int rows = static_cast<int>(T);
+  warp_dot::with_rows<16>(T, [&](auto tc) {
+    constexpr int TC = decltype(tc)::value;
+    expert_gate_up_kernel<TC, true><<<dim3(blocks_for(s.shared_ffn), 1), kWarps * 32, 0, stream>>>(
+        w.shared_gate_up, s.shared_ffn, s.dim, xn, ld_x, rows, nullptr, nullptr, nullptr, nullptr, nullptr,
+        m.shared_act);
+  });
+  warp_dot::with_rows<32>(T, [&](auto tc) {
+    constexpr int TC = decltype(tc)::value;
+    expert_down_kernel<TC, true><<<dim3(blocks_for(s.dim), 1), kWarps * 32, 0, stream>>>(
+        w.shared_down, s.shared_ffn, s.dim, rows, nullptr, nullptr, nullptr, nullptr, m.shared_act, m.shared_out);
+  });
+  return true;
+}
+
+void moe_combine(const MoeShape& s, int64_t T, const float* shared_out, float* y, int64_t ldy, bool accumulate,
+                 const MoeScratch& m, cudaStream_t stream) {
   combine_kernel<<<dim3(static_cast<unsigned>((s.dim + 255) / 256), static_cast<unsigned>(T)), 256, 0, stream>>>(
-      k, s.dim, m.weights, m.pair_row, m.out, m.shared_scale, shared ? m.shared_out : nullptr, y, ldy, accumulate);
+      static_cast<int>(s.top_k), s.dim, m.weights, m.pair_row, m.out, m.shared_scale,
+      s.shared_ffn > 0 ? shared_out : nullptr, y, ldy, accumulate);
+}
+
+bool moe_ffn(const MoeShape& s, const MoeDeviceWeights& w, const float* xn, int64_t ld_x, int64_t T,
+             const MoeDeviceSkip* skip, float* y, int64_t ldy, bool accumulate, const MoeScratch& m,
+             cudaStream_t stream) {
+  const bool shared = s.shared_ffn > 0;
+  // The shared expert's inputs are checked before anything is launched.
+  if (shared && (w.shared_gate_up == nullptr || w.shared_down == nullptr || !a16(w.shared_gate_up) ||
+                 !a16(w.shared_down) || m.shared_act == nullptr || !a16(m.shared_act) || m.shared_out == nullptr)) {
+    return false;
+  }
+  if (!moe_route(s, w, xn, ld_x, T, skip, m, stream)) return false;
+  moe_experts(s, w, xn, ld_x, T, m, stream);
+  if (shared && !moe_shared_expert(s, w, xn, ld_x, T, m, stream)) return false;
+  moe_combine(s, T, m.shared_out, y, ldy, accumulate, m, stream);
   return true;
 }
 

@@ -91,6 +91,26 @@ bool moe_ffn(const MoeShape& shape, const MoeDeviceWeights& weights, const float
              const MoeDeviceSkip* skip, float* y, int64_t ldy, bool accumulate, const MoeScratch& scratch,
              cudaStream_t stream);
 
+// moe_ffn's stages, in its order, for a caller that runs the shared expert (a dense FFN) through
+// its own dense path: the expert kernels use the skinny f32 inner loop, which suits the few rows
+// each routed expert gets, but the shared expert sees every token (kernels/cuda/skinny_gemm.h:
+// above ~4 rows cuBLAS wins on matrices that size).
+//   moe_route: router GEMM, routing, skip rule, shared_scale, buckets (checks as moe_ffn, except
+//              the shared expert's projections); false: nothing launched.
+//   moe_experts: the routed experts' gate_up + SwiGLU and down, into scratch.out.
+//   moe_shared_expert: scratch.shared_out (T, dim) = the shared expert of xn, our kernels; false
+//              (nothing launched) without a shared expert or its weights.
+//   moe_combine: y (+)= Σ kept w · expert rows + shared_scale · shared_out (row stride dim;
+//              ignored without a shared expert).
+bool moe_route(const MoeShape& shape, const MoeDeviceWeights& weights, const float* xn, int64_t ld_x, int64_t T,
+               const MoeDeviceSkip* skip, const MoeScratch& scratch, cudaStream_t stream);
+void moe_experts(const MoeShape& shape, const MoeDeviceWeights& weights, const float* xn, int64_t ld_x, int64_t T,
+                 const MoeScratch& scratch, cudaStream_t stream);
+bool moe_shared_expert(const MoeShape& shape, const MoeDeviceWeights& weights, const float* xn, int64_t ld_x,
+                       int64_t T, const MoeScratch& scratch, cudaStream_t stream);
+void moe_combine(const MoeShape& shape, int64_t T, const float* shared_out, float* y, int64_t ldy, bool accumulate,
+                 const MoeScratch& scratch, cudaStream_t stream);
+
 // The bytes of expert weights a call reads, for pairs that ran on `experts_run` distinct experts
 // (router and shared expert included): what bench/ffn_moe_bench.cpp reports bandwidth over.
 inline int64_t moe_weight_bytes(const MoeShape& s, int64_t experts_run) {

@@ -185,11 +185,21 @@ bool sparse_ffn(const bf16_bits* gate_up, const bf16_bits* down, int64_t dim, in
                 int64_t T, float tau, bool union_rows, float* Y, int64_t ldy, bool accumulate,
                 const SparseFfnScratch& s, cudaStream_t stream) {
   if (!sparse_ffn_shape_ok(gate_up, down, dim, F, X, ld_x, T, s)) return false;
-  // The dense gate: the tensor-core kernel reads W_gate once for 2..16 rows; one row, or more
-  // than 16, the f32 kernel (32 rows a pass).
-  const bool gate_ok = (T > 1 && T <= kSkinnyTcMaxRows &&
-                        skinny_gemm_tc(gate_up, F, dim, X, ld_x, T, s.gate, F, false, stream)) ||
-                       skinny_gemm(gate_up, F, dim, X, ld_x, T, s.gate, F, false, stream);
+  // The dense gate. One row: the f32 skinny kernel. More: the tensor-core kernel in passes of up
+  // to 16 rows (W_gate read once a pass); the f32 kernel's cost grows with every row (Llama-8B's
+  // down: 47 us at 1 row, 352 at 16, bench/results/skinny_gemm_h100_2026-11-22.json). Large
+  // matrices at many rows are cuBLAS's: call sparse_ffn_from_gate after the backend's GEMM.
+  bool gate_ok = false;
+  if (T > 1 && skinny_gemm_tc(gate_up, F, dim, X, ld_x, T < kSkinnyTcMaxRows ? T : kSkinnyTcMaxRows, s.gate, F, false,
+                              stream)) {
+    gate_ok = true;  // the first pass; the others have the same shapes and alignment
+    for (int64_t t0 = kSkinnyTcMaxRows; t0 < T; t0 += kSkinnyTcMaxRows) {
+      const int64_t rows = T - t0 < kSkinnyTcMaxRows ? T - t0 : kSkinnyTcMaxRows;
+      gate_ok = gate_ok && skinny_gemm_tc(gate_up, F, dim, X + t0 * ld_x, ld_x, rows, s.gate + t0 * F, F, false, stream);
+    }
+  } else {
+    gate_ok = skinny_gemm(gate_up, F, dim, X, ld_x, T, s.gate, F, false, stream);
+  }
   if (!gate_ok) return false;
   return sparse_ffn_from_gate(gate_up, down, dim, F, X, ld_x, T, tau, union_rows, Y, ldy, accumulate, s, stream);
 }

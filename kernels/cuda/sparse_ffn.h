@@ -18,6 +18,13 @@
 // them in 32-byte sectors (16 channels), so with scattered channels a sector is read whenever
 // any of its 16 channels is active (at 10% random channels, 1 − 0.9^16 ≈ 81% of them).
 // bench/ffn_moe_bench.cpp measures what that costs. All launches are asynchronous on `stream`.
+//
+// Where it pays: the up and down kernels use the skinny kernel's f32 inner loop, whose cost
+// grows with every row beyond ~2 (kernels/cuda/skinny_gemm.h; Llama-8B's down took 47 us at 1
+// row, 90 at 4, 352 at 16 against cuBLAS's ~50, bench/results/skinny_gemm_h100_2026-11-22.json).
+// Expect a win over the dense FFN at decode (1 row) and few-row verifies, and a loss at 16+ rows
+// unless few channels are active; bench_ffn_moe measures the crossover (not yet run: see
+// kernels/cuda/ffn_moe_notes.md).
 #include <cstddef>
 #include <cstdint>
 

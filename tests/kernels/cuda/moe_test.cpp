@@ -181,6 +181,28 @@ void MoeTest::check(const MoeShape& s, std::initializer_list<int64_t> token_coun
         y = download(d_y, T * dim);
       }
       EXPECT_EQ(std::memcmp(y_runs[0].data(), y_runs[1].data(), T * dim * 4), 0) << "two runs differ, T " << T;
+      if (SF > 0) {
+        // The staged calls, the shared expert's output handed to moe_combine from another buffer
+        // (as the backend's dense path would give it): the same bits.
+        float* d_shared = nullptr;
+        ASSERT_EQ(cudaMalloc(&d_shared, T * dim * 4), cudaSuccess);
+        if (accumulate) {
+          ASSERT_EQ(cudaMemcpy(d_y, y0.data(), y0.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+        } else {
+          ASSERT_EQ(cudaMemset(d_y, 0xff, T * dim * 4), cudaSuccess);
+        }
+        ASSERT_EQ(cudaMemset(d_scratch, 0xff, scratch_bytes), cudaSuccess);
+        ASSERT_TRUE(moe_route(s, w, d_x, ld_x, T, skipping ? &skip : nullptr, m, nullptr));
+        moe_experts(s, w, d_x, ld_x, T, m, nullptr);
+        ASSERT_TRUE(moe_shared_expert(s, w, d_x, ld_x, T, m, nullptr));
+        ASSERT_EQ(cudaMemcpy(d_shared, m.shared_out, T * dim * 4, cudaMemcpyDeviceToDevice), cudaSuccess);
+        ASSERT_EQ(cudaMemset(m.shared_out, 0xff, T * dim * 4), cudaSuccess);
+        moe_combine(s, T, d_shared, d_y, dim, accumulate, m, nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const auto staged = download(d_y, T * dim);
+        EXPECT_EQ(std::memcmp(staged.data(), y_runs[0].data(), T * dim * 4), 0) << "staged calls differ, T " << T;
+        cudaFree(d_shared);
+      }
       const auto& y = y_runs[0];
       const auto logits = download(m.logits, T * E);
       const auto ids = download(m.ids, T * k);
