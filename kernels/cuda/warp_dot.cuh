@@ -1,0 +1,88 @@
+#pragma once
+// The inner loop of the sparse FFN's and the MoE's projections (kernels/cuda/sparse_ffn.cu,
+// moe.cu): one warp dots R bf16 weight rows with up to TC f32 activation rows, as the skinny
+// kernel does (kernels/cuda/skinny_gemm.cu): each lane takes 8 consecutive k per step (16 bytes
+// of a contiguous weight row), a warp 256 k, and the activation rows come through L1 (every
+// warp of a block reads the same ones). With a gather list the weights of step k are
+// w[idx[k]] instead of w[k] (the active columns of a row-major down projection): scalar 2-byte
+// loads, which the memory system serves in 32-byte sectors.
+#include <cstdint>
+#include <type_traits>
+
+namespace specula::cuda::warp_dot {
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// A bf16 is the upper half of an f32: the two halves of a 32-bit word, widened exactly.
+__device__ __forceinline__ float lo_bf16(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float hi_bf16(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+__device__ __forceinline__ float bf16_at(const uint16_t* w, int64_t i) {
+  return __uint_as_float(static_cast<uint32_t>(__ldg(w + i)) << 16);
+}
+
+// acc[r][t] += Σ_k w_r[k or idx[k]] · x_t[k] over k < K8·8, this lane's share (the caller sums
+// the warp with warp_sum). x[t] must be 16-byte aligned; rows t ≥ n are not touched. With idx,
+// idx has K8·8 valid entries (callers pad the list to a multiple of 8 with valid ids and zero
+// activations).
+template <int TC, int R>
+__device__ __forceinline__ void dot_rows(const uint16_t* const (&w)[R], const int32_t* __restrict__ idx, int64_t K8,
+                                         const float* const (&x)[TC], int n, float (&acc)[R][TC]) {
+  const int lane = threadIdx.x & 31;
+  for (int64_t k8 = lane; k8 < K8; k8 += 32) {
+    float wv[R][8];
+    if (idx == nullptr) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const uint4 v = __ldg(reinterpret_cast<const uint4*>(w[r]) + k8);
+        wv[r][0] = lo_bf16(v.x), wv[r][1] = hi_bf16(v.x), wv[r][2] = lo_bf16(v.y), wv[r][3] = hi_bf16(v.y);
+        wv[r][4] = lo_bf16(v.z), wv[r][5] = hi_bf16(v.z), wv[r][6] = lo_bf16(v.w), wv[r][7] = hi_bf16(v.w);
+      }
+    } else {
+      const int4 i0 = reinterpret_cast<const int4*>(idx)[2 * k8], i1 = reinterpret_cast<const int4*>(idx)[2 * k8 + 1];
+      const int ids[8] = {i0.x, i0.y, i0.z, i0.w, i1.x, i1.y, i1.z, i1.w};
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) wv[r][j] = bf16_at(w[r], ids[j]);
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < TC; ++t) {
+      if (t < n) {
+        // Activations were written by an earlier kernel: plain loads, not the read-only path.
+        const float4* xr = reinterpret_cast<const float4*>(x[t]) + 2 * k8;
+        const float4 a = xr[0], b = xr[1];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          acc[r][t] += wv[r][0] * a.x + wv[r][1] * a.y + wv[r][2] * a.z + wv[r][3] * a.w + wv[r][4] * b.x +
+                       wv[r][5] * b.y + wv[r][6] * b.z + wv[r][7] * b.w;
+        }
+      }
+    }
+  }
+}
+
+// Dispatches a kernel template on the activation rows per pass, TC ∈ {1, 2, 4, 8, 16, 32} and
+// TC ≤ Max, for `rows` rows: fn(std::integral_constant<int, TC>{}). Callers loop passes of TC.
+template <int Max, typename Fn>
+void with_rows(int64_t rows, Fn&& fn) {
+  static_assert(Max == 16 || Max == 32);
+  if (rows <= 1) {
+    fn(std::integral_constant<int, 1>{});
+  } else if (rows <= 2) {
+    fn(std::integral_constant<int, 2>{});
+  } else if (rows <= 4) {
+    fn(std::integral_constant<int, 4>{});
+  } else if (rows <= 8) {
+    fn(std::integral_constant<int, 8>{});
+  } else if (rows <= 16 || Max == 16) {
+    fn(std::integral_constant<int, 16>{});
+  } else if constexpr (Max == 32) {
+    fn(std::integral_constant<int, 32>{});
+  }
+}
+
+}  // namespace specula::cuda::warp_dot
