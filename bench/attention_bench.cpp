@@ -66,6 +66,7 @@ int main(int argc, char** argv) {
   std::vector<int> contexts = {8192, 16384, 32768, 65536, 131072}, node_counts = {8, 16, 32, 64};
   int iterations = 20, q_heads = 32, kv_heads = 8, top_k = 128, group_size = 8;
   double keep_fraction = 0;  // > 0: top_k = ceil(keep_fraction · committed blocks) instead of --top-k
+  bool dense_only = false;
   CLI::App app{"bench_attention: tree-verify attention (dense and sparse) bandwidth"};
   app.add_option("--commit", commit);
   app.add_option("--out", out_path);
@@ -78,6 +79,7 @@ int main(int argc, char** argv) {
   app.add_option("--group-size", group_size)->check(CLI::Range(1, 64));
   app.add_option("--keep-fraction", keep_fraction, "blocks kept by score as a share of the context's (plus sink, local, tree)")
       ->check(CLI::Range(0.0, 1.0));
+  app.add_flag("--dense-only", dense_only, "skip block selection and the sparse kernels");
   CLI11_PARSE(app, argc, argv);
   if (q_heads % kv_heads != 0) {
     std::fprintf(stderr, "bench_attention: --q-heads must be a multiple of --kv-heads\n");
@@ -158,6 +160,7 @@ int main(int argc, char** argv) {
         cudaFree(ws);
       }
       // Sparse: selection, then attention over the lists, per mode.
+      if (dense_only) continue;
       for (QueryMode mode :
            {QueryMode::kPerQuery, QueryMode::kFirstQuery, QueryMode::kGroupUnion, QueryMode::kGroupShared}) {
         SelectParams sp;

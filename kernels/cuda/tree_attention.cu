@@ -1,55 +1,34 @@
 // Tree-verify attention (dense and block-sparse) over the paged KV: split-K (flash-decoding).
 // One CTA = one (group of tree nodes, kv head, chunk of the group's block list). It streams the
-// chunk's K/V blocks through shared memory once (cp.async, kStages deep) and every query row of
-// the group -- gqa q heads x group nodes, up to 4 x 64 = 256 rows -- uses each load: warp w owns
-// rows [16w, 16w+16) and runs QK^T and PV on the tensor cores (mma.sync m16n8k16 bf16, f32
-// accumulate), with the online softmax in registers. A second kernel merges the chunks.
+// chunk's K/V blocks through shared memory once (cp.async, kStages stages of NB blocks each) and
+// every query row of the group -- gqa q heads x group nodes, up to 4 x 64 = 256 rows -- uses each
+// load: warp w owns MT 16-row tiles and runs QK^T and PV on the tensor cores (mma.sync m16n8k16
+// bf16, f32 accumulate; K and V fragments through ldmatrix, shared by the warp's MT tiles), with
+// the online softmax in registers, once per stage of NB x 16 keys. A second kernel merges the chunks.
 // Hand-written rather than CUTLASS/FlashInfer: neither is a Debian package, and the tree mask plus
 // per-node block membership is not an option of theirs.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
 
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace specula::cuda {
 namespace {
 
 constexpr int B = kAttnBlockSize;
 constexpr int D = kAttnHeadDim;
-constexpr int kRowPad = D + 8;  // bf16 per smem row: 272 B keeps mma/ldmatrix reads conflict-free
-constexpr int kStages = 4;      // K/V blocks in flight per CTA
-constexpr int kMaxWarps = 16;
-
-struct Plan {
-  int rows = 0, rows_pad = 0, warps = 0, threads = 0;
-  int per_chunk = 0, chunks = 0;
-  size_t smem = 0;
-};
-
-Plan make_plan(const TreeQueries& tq, int kv_heads, int groups, int group_size, int max_blocks) {
-  Plan p;
-  const int gqa = tq.q_heads / kv_heads;
-  p.rows = group_size * gqa;
-  p.rows_pad = (p.rows + 15) / 16 * 16;
-  p.warps = std::max(4, p.rows_pad / 16);
-  p.threads = p.warps * 32;
-  // CTAs for 132 SMs: 4 per SM for small trees (<= 4 warps), 2 for larger ones -- the best of
-  // 2 and 4 in each case, measured on the H100 (2026-11-22). Each CTA takes at least 8 blocks, and
-  // rows_pad / 4 (its f32 partials, rows_pad x 512 B, then stay <= 1/4 of its KV bytes) where that
-  // still leaves two CTAs per SM: short sparse lists keep the GPU full instead.
-  const int ctas_wanted = 132 * (p.warps <= 4 ? 4 : 2);
-  const int base = std::max(1, groups * kv_heads);
-  const int chunks = std::max(1, (ctas_wanted + base - 1) / base);
-  p.per_chunk = std::max(8, (max_blocks + chunks - 1) / chunks);
-  const int bounded = std::max(p.per_chunk, p.rows_pad / 4);
-  if ((max_blocks + bounded - 1) / bounded * base >= 264) p.per_chunk = bounded;
-  p.chunks = std::max(1, (max_blocks + p.per_chunk - 1) / p.per_chunk);
-  p.smem = size_t(kStages) * 2 * B * kRowPad * sizeof(__nv_bfloat16);
-  return p;
-}
+constexpr int kRowPad = D + 8;          // bf16 per smem row: 272 B keeps ldmatrix reads conflict-free
+constexpr int kTile = B * kRowPad;      // bf16 per (block, K or V) smem tile
+constexpr int kPieces = 2 * B * D / 8;  // 16-byte cp.async pieces per block (K then V): 512
+constexpr int kMaxRows = 256;           // 64 nodes x 4 q heads per kv head
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -61,13 +40,25 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
 }
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
@@ -90,10 +81,22 @@ struct KernelArgs {
   float scale_log2;
 };
 
-__global__ void __launch_bounds__(kMaxWarps * 32) tree_attention_chunk_kernel(KernelArgs a) {
+// MT: 16-row tiles per warp (B fragments shared by them); NB: KV blocks per pipeline stage (one
+// barrier per stage); NBC: blocks per softmax update (NB / NBC updates a stage; fewer live S
+// registers); STAGES: stages in the ring (STAGES - 1 in flight). At most 8 warps (128 rows at
+// MT 1, 256 at MT 2), so up to 255 registers a thread.
+template <int MT, int NB, int NBC, int STAGES>
+__global__ void __launch_bounds__(256, 1) tree_attention_chunk_kernel(KernelArgs a) {
+  static_assert(NB % NBC == 0, "a stage is whole softmax steps");
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  auto* ks = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [kStages][B][kRowPad]
-  __nv_bfloat16* vs = ks + kStages * B * kRowPad;          // [kStages][B][kRowPad]
+  auto* ks = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [STAGES][NB][B][kRowPad]
+  __nv_bfloat16* vs = ks + STAGES * NB * kTile;            // [STAGES][NB][B][kRowPad]
+  auto* meta_members = reinterpret_cast<uint64_t*>(vs + STAGES * NB * kTile);  // [STAGES][NB]
+  auto* meta_logical = reinterpret_cast<int32_t*>(meta_members + STAGES * NB);  // [STAGES][NB], -1: none
+
+  // Everything below reads what earlier kernels wrote (q, K/V, lists) or writes the workspace the
+  // previous call's merge may still read.
+  pdl_wait();
 
   const int chunk = blockIdx.x, kvh = blockIdx.y, group = blockIdx.z;
   const int gqa = a.q_heads / a.kv_heads;
@@ -101,193 +104,413 @@ __global__ void __launch_bounds__(kMaxWarps * 32) tree_attention_chunk_kernel(Ke
   const int count = a.list_blocks ? a.list_counts[group * a.kv_heads + kvh] : a.max_blocks;
   const int begin = chunk * a.per_chunk;
   const int n_entries = max(0, min(count, begin + a.per_chunk) - begin);
+  const int n_stages = (n_entries + NB - 1) / NB;
 
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int g = lane / 4, t = lane % 4;
-  const bool computes = warp * 16 < a.rows;
-  const int node0 = group * a.group_size;
-  const int total_len = a.prefix_len + a.nodes;
-
-  // This thread's two rows (g and g+8 of the warp's tile): node, q head, ancestors.
-  int row_node[2], row_head[2];
-  uint64_t row_anc[2];
-  bool row_valid[2];
-  for (int r = 0; r < 2; ++r) {
-    const int row = warp * 16 + g + 8 * r;
-    const int local = row / gqa;
-    row_valid[r] = row < a.rows && node0 + local < a.nodes;
-    row_node[r] = row_valid[r] ? node0 + local : 0;
-    row_head[r] = kvh * gqa + row % gqa;
-    row_anc[r] = row_valid[r] ? a.ancestors[row_node[r]] : 0;
-  }
-
-  // Q fragments (A operand, 16 rows x 128 dims) for 8 k-steps, loaded once.
-  uint32_t qf[8][4];
-  for (int kk = 0; kk < 8; ++kk) {
-    for (int r = 0; r < 2; ++r) {
-      for (int half = 0; half < 2; ++half) {
-        uint32_t val = 0;
-        if (row_valid[r]) {
-          const __nv_bfloat16* src =
-              a.q + (size_t(row_node[r]) * a.q_heads + row_head[r]) * D + kk * 16 + half * 8 + 2 * t;
-          val = *reinterpret_cast<const uint32_t*>(src);
-        }
-        qf[kk][r + 2 * half] = val;  // a0: row g, a1: row g+8, a2: g cols+8, a3: g+8 cols+8
+  // Loading: the CTA's threads form NB teams, team b copies block b of each stage, so each thread
+  // needs one physical block id per stage, fetched one stage early (off the issue path).
+  const int team = blockDim.x / NB, my_blk = threadIdx.x / team, my_t = threadIdx.x % team;
+  int next_logical = -1, next_phys = -1;
+  uint64_t next_members = ~0ull;
+  auto fetch = [&](int st) {
+    const int entry = st * NB + my_blk;
+    next_logical = -1;
+    if (entry < n_entries) {
+      next_logical = a.list_blocks ? a.list_blocks[list_base + begin + entry] : begin + entry;
+      next_phys = a.block_table[next_logical];
+      if (a.list_blocks && my_t == 0) next_members = a.list_members[list_base + begin + entry];
+    }
+  };
+  auto issue = [&](int slot) {
+    if (next_logical >= 0) {
+      const size_t head_off = (size_t(next_phys) * a.kv_heads + kvh) * B * D;
+      const __nv_bfloat16* kg = a.k + head_off;
+      const __nv_bfloat16* vg = a.v + head_off;
+      __nv_bfloat16* kd = ks + (slot * NB + my_blk) * kTile;
+      __nv_bfloat16* vd = vs + (slot * NB + my_blk) * kTile;
+      for (int p = my_t; p < kPieces; p += team) {
+        const int which = p / (kPieces / 2), key = (p % (kPieces / 2)) / (D / 8), col = p % (D / 8) * 8;
+        cp_async16((which ? vd : kd) + key * kRowPad + col, (which ? vg : kg) + key * D + col);
       }
     }
-  }
-
-  float o[16][4];
-  for (int i = 0; i < 16; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-
-  auto load_stage = [&](int entry, int stage) {
-    const int logical = a.list_blocks ? a.list_blocks[list_base + begin + entry] : begin + entry;
-    const size_t phys = static_cast<size_t>(a.block_table[logical]);
-    const __nv_bfloat16* kg = a.k + (phys * a.kv_heads + kvh) * B * D;
-    const __nv_bfloat16* vg = a.v + (phys * a.kv_heads + kvh) * B * D;
-    for (int c = threadIdx.x; c < 2 * B * D / 8; c += blockDim.x) {
-      const int which = c / (B * D / 8), rem = c % (B * D / 8), key = rem / (D / 8), col = rem % (D / 8) * 8;
-      __nv_bfloat16* dst = (which ? vs : ks) + (stage * B + key) * kRowPad + col;
-      cp_async16(dst, (which ? vg : kg) + key * D + col);
+    if (my_t == 0) {
+      meta_logical[slot * NB + my_blk] = next_logical;
+      meta_members[slot * NB + my_blk] = next_members;
     }
   };
 
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < n_entries) load_stage(s, s);
+  fetch(0);
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < n_stages) issue(s);
     cp_async_commit();
+    fetch(s + 1);
   }
 
-  for (int e = 0; e < n_entries; ++e) {
-    cp_async_wait<kStages - 2>();
-    __syncthreads();
-    if (e + kStages - 1 < n_entries) load_stage(e + kStages - 1, (e + kStages - 1) % kStages);
-    cp_async_commit();
-    if (!computes) continue;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int row0 = warp * 16 * MT;
+  const bool computes = row0 < a.rows;
+  const int node0 = group * a.group_size;
+  const int total_len = a.prefix_len + a.nodes;
 
-    const int stage = e % kStages;
-    const int logical = a.list_blocks ? a.list_blocks[list_base + begin + e] : begin + e;
-    const uint64_t members = a.list_blocks ? a.list_members[list_base + begin + e] : ~0ull;
-    const __nv_bfloat16* kt = ks + stage * B * kRowPad;
-    const __nv_bfloat16* vt = vs + stage * B * kRowPad;
-
-    // S = Q K^T: 16 rows x 16 keys as two n-tiles of 8 keys.
-    float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+  // This thread's rows: g and g+8 of each of its MT tiles; node -1 for padding rows.
+  int row_node[MT][2];
+  uint32_t qf[MT][8][4];  // Q as the A operand, 16 rows x 128 dims per tile, loaded once
 #pragma unroll
-    for (int kk = 0; kk < 8; ++kk) {
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const __nv_bfloat16* kr = kt + (j * 8 + g) * kRowPad + kk * 16 + 2 * t;
-        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(kr);
-        const uint32_t b1 = *reinterpret_cast<const uint32_t*>(kr + 8);
-        mma16816(s[j], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], b0, b1);
-      }
-    }
-
-    // Mask (prefix, tree ancestors, block membership) and online softmax, rows g (r=0), g+8 (r=1).
+  for (int m = 0; m < MT; ++m) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const bool member = row_valid[r] && ((members >> row_node[r]) & 1ull);
-      const bool whole = member && (logical + 1) * B <= a.prefix_len;  // prefix block: no per-key mask
-      float mx = -INFINITY;
+      const int row = row0 + m * 16 + g + 8 * r;
+      const int local = row / gqa;
+      const bool valid = row < a.rows && node0 + local < a.nodes;
+      row_node[m][r] = valid ? node0 + local : -1;
+      const __nv_bfloat16* src =
+          a.q + (size_t(valid ? node0 + local : 0) * a.q_heads + kvh * gqa + row % gqa) * D + 2 * t;
 #pragma unroll
-      for (int j = 0; j < 2; ++j) {
+      for (int kk = 0; kk < 8; ++kk) {
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          float& x = s[j][2 * r + c];
-          if (whole) {
-            x *= a.scale_log2;
-          } else {
-            const int pos = logical * B + j * 8 + 2 * t + c;
-            bool visible = member && pos < total_len;
-            if (visible && pos >= a.prefix_len) visible = (row_anc[r] >> (pos - a.prefix_len)) & 1ull;
-            x = visible ? x * a.scale_log2 : -INFINITY;
-          }
-          mx = fmaxf(mx, x);
-        }
-      }
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m[r], mx);
-      const float alpha = (m_new == -INFINITY) ? 1.f : exp2f(m[r] - m_new);
-      float sum = 0.f;
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          float& x = s[j][2 * r + c];
-          x = (m_new == -INFINITY) ? 0.f : exp2f(x - m_new);
-          sum += x;
-        }
-      }
-      l[r] = l[r] * alpha + sum;
-      m[r] = m_new;
-      // Once the running max settles, alpha is 1 for whole warps: skip the 32 multiplies.
-      if (__any_sync(0xffffffffu, alpha != 1.f)) {
-#pragma unroll
-        for (int i = 0; i < 16; ++i) {
-          o[i][2 * r] *= alpha;
-          o[i][2 * r + 1] *= alpha;
+        for (int half = 0; half < 2; ++half) {
+          // a0: row g, a1: row g+8, a2: g cols+8, a3: g+8 cols+8
+          qf[m][kk][r + 2 * half] = valid ? *reinterpret_cast<const uint32_t*>(src + kk * 16 + half * 8) : 0u;
         }
       }
     }
+  }
 
-    // O += P V: P (16 rows x 16 keys) re-packed from the S accumulators as the A operand.
-    const uint32_t p0 = pack_bf16(s[0][0], s[0][1]), p1 = pack_bf16(s[0][2], s[0][3]);
-    const uint32_t p2 = pack_bf16(s[1][0], s[1][1]), p3 = pack_bf16(s[1][2], s[1][3]);
-    const int vkey = (lane & 7) + ((lane >> 3) & 1) * 8, vcol = (lane >> 4) * 8;
+  float o[MT][16][4];
 #pragma unroll
-    for (int dp = 0; dp < 8; ++dp) {
-      const unsigned addr =
-          static_cast<unsigned>(__cvta_generic_to_shared(vt + vkey * kRowPad + dp * 16 + vcol));
-      uint32_t b0, b1, b2, b3;
-      asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                   : "=r"(b0), "=r"(b1), "=r"(b2), "=r"(b3)
-                   : "r"(addr));
-      mma16816(o[2 * dp], p0, p1, p2, p3, b0, b1);
-      mma16816(o[2 * dp + 1], p0, p1, p2, p3, b2, b3);
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int i = 0; i < 16; ++i) o[m][i][0] = o[m][i][1] = o[m][i][2] = o[m][i][3] = 0.f;
+  float m_run[MT][2], l_run[MT][2];
+#pragma unroll
+  for (int m = 0; m < MT; ++m) m_run[m][0] = m_run[m][1] = -INFINITY, l_run[m][0] = l_run[m][1] = 0.f;
+
+  // ldmatrix lane addresses: K (non-transposed) gives b0/b1 of two 8-key n-tiles per 16 dims;
+  // V (transposed) gives b0/b1 of two 8-dim n-tiles per 16 keys.
+  const int k_row = (lane >> 4) * 8 + (lane & 7), k_col = ((lane >> 3) & 1) * 8;
+  const int v_row = (lane & 7) + ((lane >> 3) & 1) * 8, v_col = (lane >> 4) * 8;
+
+  for (int st = 0; st < n_stages; ++st) {
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    if (st + STAGES - 1 < n_stages) issue((st + STAGES - 1) % STAGES);
+    cp_async_commit();
+    fetch(st + STAGES);
+    if (!computes) continue;
+
+    const int slot = st % STAGES;
+    int logical[NB];
+#pragma unroll
+    for (int b = 0; b < NB; ++b) logical[b] = meta_logical[slot * NB + b];
+    // Dense stage of whole prefix blocks: no per-key mask. Otherwise: block presence, membership
+    // (sparse lists), context end, tree ancestors.
+    bool whole = a.list_blocks == nullptr;
+#pragma unroll
+    for (int b = 0; b < NB; ++b) whole = whole && logical[b] >= 0 && (logical[b] + 1) * B <= a.prefix_len;
+
+    // The stage's blocks in steps of NBC: QK^T, one softmax update, PV per step.
+#pragma unroll
+    for (int b0 = 0; b0 < NB; b0 += NBC) {
+      // S = Q K^T: per tile, 16 rows x NBC*16 keys as 2*NBC n-tiles of 8 keys.
+      float s[MT][2 * NBC][4];
+#pragma unroll
+      for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int j = 0; j < 2 * NBC; ++j) s[m][j][0] = s[m][j][1] = s[m][j][2] = s[m][j][3] = 0.f;
+#pragma unroll
+      for (int bb = 0; bb < NBC; ++bb) {
+        const int b = b0 + bb;
+        if (logical[b] < 0) continue;
+        const __nv_bfloat16* kt = ks + (slot * NB + b) * kTile + k_row * kRowPad + k_col;
+#pragma unroll
+        for (int kk = 0; kk < 8; ++kk) {
+          uint32_t kf[4];
+          ldmatrix_x4(kf, kt + kk * 16);
+#pragma unroll
+          for (int m = 0; m < MT; ++m) {
+            mma16816(s[m][2 * bb], qf[m][kk], kf[0], kf[1]);
+            mma16816(s[m][2 * bb + 1], qf[m][kk], kf[2], kf[3]);
+          }
+        }
+      }
+
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float mx = -INFINITY;
+          if (whole) {
+#pragma unroll
+            for (int j = 0; j < 2 * NBC; ++j) {
+#pragma unroll
+              for (int c = 0; c < 2; ++c) {
+                float& x = s[m][j][2 * r + c];
+                x *= a.scale_log2;
+                mx = fmaxf(mx, x);
+              }
+            }
+          } else {
+            const int node = row_node[m][r];
+#pragma unroll
+            for (int bb = 0; bb < NBC; ++bb) {
+              const int b = b0 + bb;
+              const bool member = node >= 0 && logical[b] >= 0 &&
+                                  ((a.list_blocks ? (meta_members[slot * NB + b] >> node) & 1ull : 1ull) != 0);
+              const bool tree = member && (logical[b] + 1) * B > a.prefix_len;
+              const uint64_t anc = tree ? a.ancestors[node] : 0ull;
+#pragma unroll
+              for (int jj = 0; jj < 2; ++jj) {
+#pragma unroll
+                for (int c = 0; c < 2; ++c) {
+                  float& x = s[m][2 * bb + jj][2 * r + c];
+                  const int pos = logical[b] * B + jj * 8 + 2 * t + c;
+                  bool visible = member && pos < total_len;
+                  if (visible && pos >= a.prefix_len) visible = (anc >> (pos - a.prefix_len)) & 1ull;
+                  x = visible ? x * a.scale_log2 : -INFINITY;
+                  mx = fmaxf(mx, x);
+                }
+              }
+            }
+          }
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const float m_new = fmaxf(m_run[m][r], mx);
+          const float alpha = (m_new == -INFINITY) ? 1.f : exp2f(m_run[m][r] - m_new);
+          float sum = 0.f;
+#pragma unroll
+          for (int j = 0; j < 2 * NBC; ++j) {
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              float& x = s[m][j][2 * r + c];
+              x = (m_new == -INFINITY) ? 0.f : exp2f(x - m_new);
+              sum += x;
+            }
+          }
+          l_run[m][r] = l_run[m][r] * alpha + sum;
+          m_run[m][r] = m_new;
+          // Once the running max settles, alpha is 1 for whole warps: skip the 32 multiplies.
+          if (__any_sync(0xffffffffu, alpha != 1.f)) {
+#pragma unroll
+            for (int i = 0; i < 16; ++i) {
+              o[m][i][2 * r] *= alpha;
+              o[m][i][2 * r + 1] *= alpha;
+            }
+          }
+        }
+      }
+
+      // O += P V: P (16 rows x 16 keys of block b) re-packed from the S accumulators as the A operand.
+#pragma unroll
+      for (int bb = 0; bb < NBC; ++bb) {
+        const int b = b0 + bb;
+        if (logical[b] < 0) continue;
+        uint32_t pf[MT][4];
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          pf[m][0] = pack_bf16(s[m][2 * bb][0], s[m][2 * bb][1]);
+          pf[m][1] = pack_bf16(s[m][2 * bb][2], s[m][2 * bb][3]);
+          pf[m][2] = pack_bf16(s[m][2 * bb + 1][0], s[m][2 * bb + 1][1]);
+          pf[m][3] = pack_bf16(s[m][2 * bb + 1][2], s[m][2 * bb + 1][3]);
+        }
+        const __nv_bfloat16* vt = vs + (slot * NB + b) * kTile + v_row * kRowPad + v_col;
+#pragma unroll
+        for (int dp = 0; dp < 8; ++dp) {
+          uint32_t vf[4];
+          ldmatrix_x4_trans(vf, vt + dp * 16);
+#pragma unroll
+          for (int m = 0; m < MT; ++m) {
+            mma16816(o[m][2 * dp], pf[m], vf[0], vf[1]);
+            mma16816(o[m][2 * dp + 1], pf[m], vf[2], vf[3]);
+          }
+        }
+      }
     }
   }
   cp_async_wait<0>();
+  pdl_trigger();
   if (!computes) return;
 
   const size_t part_row0 = ((size_t(group) * a.kv_heads + kvh) * a.chunks + chunk) * a.rows_pad;
-  for (int r = 0; r < 2; ++r) {
-    float lr = l[r];
-    lr += __shfl_xor_sync(0xffffffffu, lr, 1);
-    lr += __shfl_xor_sync(0xffffffffu, lr, 2);
-    const int row = warp * 16 + g + 8 * r;
-    float* dst = a.part_o + (part_row0 + row) * D;
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      *reinterpret_cast<float2*>(dst + i * 8 + 2 * t) = make_float2(o[i][2 * r], o[i][2 * r + 1]);
+  for (int m = 0; m < MT; ++m) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float lr = l_run[m][r];
+      lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+      lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+      const int row = row0 + m * 16 + g + 8 * r;
+      if (row >= a.rows_pad) continue;
+      float* dst = a.part_o + (part_row0 + row) * D;
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        *reinterpret_cast<float2*>(dst + i * 8 + 2 * t) = make_float2(o[m][i][2 * r], o[m][i][2 * r + 1]);
+      }
+      if (t == 0) a.part_ml[part_row0 + row] = make_float2(m_run[m][r], lr);
     }
-    if (t == 0) a.part_ml[part_row0 + row] = make_float2(m[r], lr);
   }
 }
 
-// Merges the chunks of one (node, q head): out = sum_c 2^(m_c - M) o_c / sum_c 2^(m_c - M) l_c.
-__global__ void tree_attention_merge_kernel(KernelArgs a, __nv_bfloat16* out) {
-  const int node = blockIdx.x, head = blockIdx.y, d = threadIdx.x;
+// Merges the chunks of one (node, q head) per warp, 4 dims per lane:
+// out = sum_c 2^(m_c - M) o_c / sum_c 2^(m_c - M) l_c. Eight chunks' loads in flight per lane.
+constexpr int kMergeWarps = 8;
+__global__ void __launch_bounds__(kMergeWarps * 32) tree_attention_merge_kernel(KernelArgs a, __nv_bfloat16* out) {
+  pdl_wait();  // the partials come from the chunk kernel just before
+  const int item = blockIdx.x * kMergeWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (item >= a.nodes * a.q_heads) return;
+  const int node = item / a.q_heads, head = item % a.q_heads;
   const int gqa = a.q_heads / a.kv_heads, kvh = head / gqa;
   const int group = node / a.group_size;
   const int row = (node - group * a.group_size) * gqa + head % gqa;
   const int count = a.list_blocks ? a.list_counts[group * a.kv_heads + kvh] : a.max_blocks;
   const int used = (count + a.per_chunk - 1) / a.per_chunk;
   const size_t base = (size_t(group) * a.kv_heads + kvh) * a.chunks;
+  const float2* ml = a.part_ml + base * a.rows_pad + row;
   float mmax = -INFINITY;
-  for (int c = 0; c < used; ++c) mmax = fmaxf(mmax, a.part_ml[(base + c) * a.rows_pad + row].x);
-  float num = 0.f, den = 0.f;
+  for (int c = lane; c < used; c += 32) mmax = fmaxf(mmax, ml[size_t(c) * a.rows_pad].x);
+#pragma unroll
+  for (int x = 16; x >= 1; x /= 2) mmax = fmaxf(mmax, __shfl_xor_sync(0xffffffffu, mmax, x));
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  float den = 0.f;
   if (mmax != -INFINITY) {
-    for (int c = 0; c < used; ++c) {
-      const float2 ml = a.part_ml[(base + c) * a.rows_pad + row];
-      if (ml.x == -INFINITY) continue;
-      const float w = exp2f(ml.x - mmax);
-      den += w * ml.y;
-      num += w * a.part_o[((base + c) * a.rows_pad + row) * D + d];
+    const size_t stride4 = size_t(a.rows_pad) * D / 4;
+    for (int c0 = 0; c0 < used; c0 += 32) {
+      float w = 0.f;
+      if (c0 + lane < used) {
+        const float2 v = ml[size_t(c0 + lane) * a.rows_pad];
+        // A chunk with no visible key has m = -inf, l = 0 and o = 0.
+        w = v.x == -INFINITY ? 0.f : exp2f(v.x - mmax);
+        den += w * v.y;
+      }
+      const int n = min(32, used - c0);
+      const float4* po = reinterpret_cast<const float4*>(a.part_o + ((base + c0) * a.rows_pad + row) * D) + lane;
+#pragma unroll 8
+      for (int j = 0; j < n; ++j) {
+        const float wj = __shfl_sync(0xffffffffu, w, j);
+        const float4 x = po[j * stride4];
+        acc.x += wj * x.x;
+        acc.y += wj * x.y;
+        acc.z += wj * x.z;
+        acc.w += wj * x.w;
+      }
     }
   }
-  out[(size_t(node) * a.q_heads + head) * D + d] = __float2bfloat16(den > 0.f ? num / den : 0.f);
+#pragma unroll
+  for (int x = 16; x >= 1; x /= 2) den += __shfl_xor_sync(0xffffffffu, den, x);
+  const float inv = den > 0.f ? 1.f / den : 0.f;
+  __nv_bfloat162 lo = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
+  __nv_bfloat162 hi = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
+  uint2 packed;
+  packed.x = *reinterpret_cast<uint32_t*>(&lo);
+  packed.y = *reinterpret_cast<uint32_t*>(&hi);
+  *reinterpret_cast<uint2*>(out + (size_t(node) * a.q_heads + head) * D + lane * 4) = packed;
+}
+
+// One compiled configuration of the chunk kernel.
+struct Variant {
+  const char* name;
+  int mt, nb, stages;
+  void (*kernel)(KernelArgs);
+};
+constexpr Variant kVariants[] = {
+    {"m1b1", 1, 1, 4, tree_attention_chunk_kernel<1, 1, 1, 4>},
+    {"m1b2", 1, 2, 4, tree_attention_chunk_kernel<1, 2, 2, 4>},
+    {"m1b4", 1, 4, 3, tree_attention_chunk_kernel<1, 4, 4, 3>},
+    {"m2b1", 2, 1, 4, tree_attention_chunk_kernel<2, 1, 1, 4>},
+    {"m2b2", 2, 2, 4, tree_attention_chunk_kernel<2, 2, 1, 4>},
+    {"m2b4", 2, 4, 3, tree_attention_chunk_kernel<2, 4, 1, 3>},
+};
+constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
+
+size_t variant_smem(const Variant& v) {
+  return size_t(v.stages) * v.nb * (2 * kTile * sizeof(__nv_bfloat16) + sizeof(uint64_t) + sizeof(int32_t));
+}
+
+// Variant choice: SPECULA_TREE_ATTN=<small>,<large> names the variant for groups of <= 64 rows and
+// for larger ones (A/B timing on the device); default below. MT 1 takes at most 128 rows (8 warps):
+// above that m2b1 stands in.
+struct Choice {
+  int small = 0, large = 0;
+};
+Choice variant_choice() {
+  static const Choice choice = [] {
+    Choice c{2, 4};
+    auto find = [](const char* s, size_t n) {
+      for (int i = 0; i < kNumVariants; ++i)
+        if (std::strlen(kVariants[i].name) == n && std::strncmp(kVariants[i].name, s, n) == 0) return i;
+      return -1;
+    };
+    if (const char* env = std::getenv("SPECULA_TREE_ATTN")) {
+      const char* comma = std::strchr(env, ',');
+      const int s = find(env, comma ? size_t(comma - env) : std::strlen(env));
+      const int l = comma ? find(comma + 1, std::strlen(comma + 1)) : s;
+      if (s >= 0) c.small = s;
+      if (l >= 0) c.large = l;
+      std::fprintf(stderr, "tree_attention: SPECULA_TREE_ATTN=%s -> %s,%s\n", env, kVariants[c.small].name,
+                   kVariants[c.large].name);
+    }
+    return c;
+  }();
+  return choice;
+}
+
+// Resident CTAs per SM for (variant, warps), from the occupancy calculator, cached; also raises
+// the kernels' dynamic shared-memory limit once.
+struct DeviceShape {
+  int sms = 132;
+  int ctas_per_sm[kNumVariants][kMaxRows / 16 + 1] = {};
+};
+const DeviceShape& device_shape() {
+  static DeviceShape shape;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    int dev = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&shape.sms, cudaDevAttrMultiProcessorCount, dev);
+    for (int i = 0; i < kNumVariants; ++i) {
+      const size_t smem = variant_smem(kVariants[i]);
+      cudaFuncSetAttribute(kVariants[i].kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+      for (int w = 1; w <= kMaxRows / 16; ++w) {
+        int n = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kVariants[i].kernel, w * 32, smem) != cudaSuccess) n = 1;
+        shape.ctas_per_sm[i][w] = std::max(1, n);
+      }
+    }
+    cudaGetLastError();  // a failed query above is not the caller's launch error
+  });
+  return shape;
+}
+
+struct Plan {
+  int variant = 0;
+  int rows = 0, rows_pad = 0, warps = 0, threads = 0;
+  int per_chunk = 0, chunks = 0;
+  size_t smem = 0;
+};
+
+Plan make_plan(const TreeQueries& tq, int kv_heads, int groups, int group_size, int max_blocks) {
+  Plan p;
+  const int gqa = tq.q_heads / kv_heads;
+  p.rows = group_size * gqa;
+  const Choice choice = variant_choice();
+  p.variant = p.rows <= 64 ? choice.small : choice.large;
+  if (kVariants[p.variant].mt == 1 && p.rows > 128) p.variant = 3;  // m2b1
+  const Variant& v = kVariants[p.variant];
+  const int tile_rows = 16 * v.mt;
+  p.rows_pad = (p.rows + tile_rows - 1) / tile_rows * tile_rows;
+  p.warps = std::max(4, p.rows_pad / 16 / v.mt);
+  p.threads = p.warps * 32;
+  p.smem = variant_smem(v);
+  // One full wave of CTAs (at most 4 per SM: more only adds partials to merge; rounded down to a
+  // multiple of the (group, kv head) pairs, so no CTA waits for a second wave); each CTA takes at
+  // least one stage, and whole stages.
+  const DeviceShape& shape = device_shape();
+  const int per_sm = std::min(4, shape.ctas_per_sm[p.variant][std::min(p.warps, kMaxRows / 16)]);
+  const int ctas_wanted = shape.sms * per_sm;
+  const int base = std::max(1, groups * kv_heads);
+  const int chunks = std::max(1, ctas_wanted / base);
+  p.per_chunk = std::max(1, (max_blocks + chunks - 1) / chunks);
+  p.per_chunk = (p.per_chunk + v.nb - 1) / v.nb * v.nb;
+  p.chunks = std::max(1, (max_blocks + p.per_chunk - 1) / p.per_chunk);
+  return p;
 }
 
 bool check_queries(const PagedKv& kv, const TreeQueries& tq, std::string* error) {
@@ -306,11 +529,11 @@ bool launch(const PagedKv& kv, const TreeQueries& tq, const int32_t* blocks, con
             const int32_t* counts, int groups, int group_size, int max_blocks, uint16_t* out, void* workspace,
             size_t workspace_bytes, void* stream, std::string* error) {
   if (!check_queries(kv, tq, error)) return false;
-  const Plan p = make_plan(tq, kv.kv_heads, groups, group_size, max_blocks);
-  if (p.warps > kMaxWarps) {
+  if (group_size * (tq.q_heads / kv.kv_heads) > kMaxRows) {
     if (error) *error = "tree_attention: group has more than 256 query rows";
     return false;
   }
+  const Plan p = make_plan(tq, kv.kv_heads, groups, group_size, max_blocks);
   const size_t need = attention_workspace_bytes(tq, kv.kv_heads, groups, group_size, max_blocks);
   if (workspace_bytes < need) {
     if (error) *error = "tree_attention: workspace too small (" + std::to_string(workspace_bytes) + " < " +
@@ -341,8 +564,10 @@ bool launch(const PagedKv& kv, const TreeQueries& tq, const int32_t* blocks, con
   a.rows_pad = p.rows_pad;
   a.scale_log2 = tq.scale * 1.4426950408889634f;
   auto s = static_cast<cudaStream_t>(stream);
-  tree_attention_chunk_kernel<<<dim3(p.chunks, kv.kv_heads, groups), p.threads, p.smem, s>>>(a);
-  tree_attention_merge_kernel<<<dim3(tq.nodes, tq.q_heads), D, 0, s>>>(a, reinterpret_cast<__nv_bfloat16*>(out));
+  launch_pdl(kVariants[p.variant].kernel, dim3(p.chunks, kv.kv_heads, groups), dim3(p.threads), p.smem, s, a);
+  const int items = tq.nodes * tq.q_heads;
+  launch_pdl(tree_attention_merge_kernel, dim3((items + kMergeWarps - 1) / kMergeWarps), dim3(kMergeWarps * 32), 0, s,
+             a, reinterpret_cast<__nv_bfloat16*>(out));
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) {
     if (error) *error = std::string("tree_attention: launch failed: ") + cudaGetErrorString(err);
