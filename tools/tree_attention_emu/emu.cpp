@@ -194,8 +194,9 @@ void run_grid(dim3 grid, int threads, size_t smem_bytes, const std::function<voi
 }
 
 template <int MT, int NB, int NBC, int STAGES>
-double run_case(std::mt19937_64& rng, int nodes, int prefix, int per_chunk_target, bool sparse, int group_size) {
-  const int kv_heads = 2, q_heads = 8, gqa = q_heads / kv_heads;
+double run_case(std::mt19937_64& rng, int nodes, int prefix, int per_chunk_target, bool sparse, int group_size,
+                int q_heads = 8) {
+  const int kv_heads = 2, gqa = q_heads / kv_heads;
   const auto p = testing::make_problem(rng, kv_heads, q_heads, nodes, prefix);
   const int groups = sparse ? (nodes + group_size - 1) / group_size : 1;
   const int gs = sparse ? group_size : nodes;
@@ -265,8 +266,9 @@ double run_case(std::mt19937_64& rng, int nodes, int prefix, int per_chunk_targe
       }
     }
   const double err = std::sqrt(num / den);
-  std::printf("MT%d NB%d NBC%d ST%d %s nodes=%d prefix=%d per_chunk=%d chunks=%d rel_err=%.2e %s\n", MT, NB, NBC,
-              STAGES, sparse ? "sparse" : "dense", nodes, prefix, per_chunk, chunks, err, err < 1e-2 ? "ok" : "FAIL");
+  std::printf("MT%d NB%d NBC%d ST%d %s nodes=%d q_heads=%d prefix=%d per_chunk=%d chunks=%d rel_err=%.2e %s\n", MT,
+              NB, NBC, STAGES, sparse ? "sparse" : "dense", nodes, q_heads, prefix, per_chunk, chunks, err,
+              err < 1e-2 ? "ok" : "FAIL");
   return err;
 }
 
@@ -281,6 +283,8 @@ int run_variant(std::mt19937_64& rng) {
   chk(run_case<MT, NB, NBC, STAGES>(rng, 1, 37, 1, false, 0));
   chk(run_case<MT, NB, NBC, STAGES>(rng, 13, 600, 5, true, 4));
   if (MT == 2) chk(run_case<MT, NB, NBC, STAGES>(rng, 40, 300, 7, true, 16));
+  chk(run_case<MT, NB, NBC, STAGES>(rng, 23, 200, 6, false, 0, 2));  // gqa 1
+  chk(run_case<MT, NB, NBC, STAGES>(rng, 29, 150, 5, false, 0, 4));  // gqa 2
   return fails;
 }
 
