@@ -2,11 +2,13 @@
 //  1. Timed runs: prefill a prompt, then --tokens decode steps (one token, last logits, host
 //     argmax), --reps times; tokens/s of the decode steps alone, and the weight bytes each step
 //     reads over the step time.
-//  2. With --profile SESSION: one more run (without programmatic dependent launch) under CUPTI capture (profiler/cupti_capture.h) into
-//     that session file; its kernel rows give kernels per step, the summed kernel time per step
-//     against the step's wall time (the rest is launch latency, gaps and the host), and the
-//     kernels that take the most time. CUPTI's own cost makes this run slower; its tokens/s is
-//     reported apart from the timed runs.
+//  2. With --profile SESSION: one more run (without programmatic dependent launch) under CUPTI
+//     capture (profiler/cupti_capture.h) into that session file; its kernel rows give kernels per
+//     step, the summed kernel time per step against the step's wall time (the rest is launch
+//     latency, gaps and the host), and the kernels that take the most time. CUPTI's own cost
+//     makes this run slower; its tokens/s is reported apart from the timed runs. With
+//     --verify-nodes, 10 verifies of the first size are captured too (SESSION.verify_N); with
+//     --long-verify, 5 dense and 5 first-query sparse ones (SESSION.verify_dense, _sparse_first).
 //  3. With --long-verify CONTEXT: one tree verify (--long-verify-nodes, default 60 nodes: 6 x 3 x 2
 //     under the pending token) at CONTEXT committed tokens, dense and sparse (--sparse-eta,
 //     --sparse-dense-below, each query mode), against the byte floor (weights + KV read) over
@@ -92,11 +94,90 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
+// CUPTI capture of whatever runs between begin() and end() into a fresh session file at path,
+// then its kernels summed per name and divided by `steps` (what one step of the captured work
+// launches). Without programmatic launch: a kernel that starts early and waits for the one before
+// would show that wait as its own duration.
+class KernelProfile {
+ public:
+  specula::Status begin(const std::string& path) {
+    path_ = path;
+    std::filesystem::remove(path);
+    auto recorder = specula::profiler::record_to(path, specula::ObserveLevel::kSummary);
+    if (!recorder) return recorder.error();
+    recorder_ = std::move(*recorder);
+    specula::cuda::set_programmatic_dependent_launch(false);
+    auto c = specula::profiler::CuptiCapture::start(recorder_);
+    if (!c) return c.error();
+    capture_ = std::move(*c);
+    return specula::Status::success();
+  }
+
+  specula::Expected<nlohmann::json> end(int steps, bool pdl_after) {
+    specula::cuda::set_programmatic_dependent_launch(pdl_after);
+    if (!capture_) return specula::make_error("kernel profile: capture was not started");
+    if (auto s = capture_->stop(); !s) return s.error();
+    const auto stats = capture_->stats();
+    if (auto s = recorder_->finish(); !s) return s.error();
+    auto session = specula::profiler::open_session(path_);
+    if (!session) return session.error();
+    auto rows = session->read_kernels();
+    if (!rows) return rows.error();
+    std::map<std::string, std::pair<int64_t, int64_t>> by_name;  // short name -> (count, total ns)
+    int64_t first = rows->empty() ? 0 : rows->front().start, last = first, total_ns = 0;
+    for (const auto& k : *rows) {
+      auto& e = by_name[k.short_name];
+      e.first += 1;
+      e.second += k.end - k.start;
+      total_ns += k.end - k.start;
+      first = std::min(first, k.start);
+      last = std::max(last, k.end);
+    }
+    std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>> top(by_name.begin(), by_name.end());
+    std::sort(top.begin(), top.end(), [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
+    nlohmann::json kernels = nlohmann::json::array();
+    for (const auto& [name, e] : top) {
+      kernels.push_back({{"kernel", name},
+                         {"per_step", static_cast<double>(e.first) / steps},
+                         {"us_per_step", e.second / 1e3 / steps},
+                         {"mean_us", e.second / 1e3 / static_cast<double>(e.first)}});
+    }
+    const double span_us = (last - first) / 1e3;
+    return nlohmann::json{{"session", path_},
+                          {"kernel_rows", rows->size()},
+                          {"kernels_per_step", static_cast<double>(rows->size()) / steps},
+                          {"kernel_us_per_step", total_ns / 1e3 / steps},
+                          {"gpu_span_us_per_step", span_us / steps},
+                          {"kernel_busy_share", span_us > 0 ? total_ns / 1e3 / span_us : 0},
+                          {"cupti_records", stats.records},
+                          {"cupti_dropped", stats.dropped},
+                          {"kernels", kernels}};
+  }
+
+ private:
+  std::string path_;
+  std::shared_ptr<specula::profiler::Recorder> recorder_;
+  std::unique_ptr<specula::profiler::CuptiCapture> capture_;
+};
+
+// Prints the first `n` kernels of a profile's summary (the slowest per step).
+void print_top_kernels(const char* what, const nlohmann::json& profile, size_t n) {
+  std::fprintf(stderr, "%s: %.0f kernels, %.1f us of kernels per step, GPU busy %.0f%% of its span\n", what,
+               profile["kernels_per_step"].get<double>(), profile["kernel_us_per_step"].get<double>(),
+               100 * profile["kernel_busy_share"].get<double>());
+  const auto& k = profile["kernels"];
+  for (size_t i = 0; i < std::min(n, k.size()); ++i) {
+    std::fprintf(stderr, "  %8.1f us  %5.1f x  %s\n", k[i]["us_per_step"].get<double>(), k[i]["per_step"].get<double>(),
+                 k[i]["kernel"].get<std::string>().c_str());
+  }
+}
+
 // The --long-verify measurement (see the header comment). Medians of 20 verifies after 3
 // warm-ups, each rolled back; times are host wall time around forward(), which ends when the
 // logits are on the host.
 specula::Expected<nlohmann::json> time_long_verify(specula::CudaBackend& backend, int64_t context, int nodes,
-                                                   double eta, int64_t dense_below) {
+                                                   double eta, int64_t dense_below, const std::string& profile_path,
+                                                   bool pdl) {
   using namespace specula;
   const auto& c = backend.config();
   const int64_t V = c.vocab_size;
@@ -178,6 +259,32 @@ specula::Expected<nlohmann::json> time_long_verify(specula::CudaBackend& backend
     sparse.group_size = 4;
     if (auto s = time_one(sparse, "sparse " + std::string(to_string(mode))); !s) return s.error();
   }
+  // With --profile: the kernels of 5 dense and 5 first-query sparse verifies (last logits only),
+  // each into its own session file next to the decode profile's.
+  nlohmann::json profiles = nlohmann::json::object();
+  if (!profile_path.empty()) {
+    SparseConfig first = *sparse_preset("sa");
+    first.eta = eta;
+    first.dense_below = dense_below;
+    first.query_mode = QueryMode::kFirst;
+    for (const auto& [name, sparse] : {std::pair<std::string, SparseConfig>{"dense", SparseConfig{}},
+                                       std::pair<std::string, SparseConfig>{"sparse_first", first}}) {
+      std::vector<float> logits(static_cast<size_t>(V));
+      const ForwardContext ctx{nullptr, 0, &sparse, order, nullptr};
+      if (auto s = (*session)->forward(toks, pos, &mask, logits, LogitRows::Last, &ctx); !s) return s.error();
+      (*session)->rollback();  // a warm-up outside the capture (graphs, scratch)
+      KernelProfile profile;
+      if (auto s = profile.begin(profile_path + ".verify_" + name); !s) return s.error();
+      for (int r = 0; r < 5; ++r) {
+        if (auto s = (*session)->forward(toks, pos, &mask, logits, LogitRows::Last, &ctx); !s) return s.error();
+        (*session)->rollback();
+      }
+      auto summary = profile.end(5, pdl);
+      if (!summary) return summary.error();
+      print_top_kernels(("long verify " + name + " under CUPTI").c_str(), *summary, 8);
+      profiles[name] = *summary;
+    }
+  }
   const SparseConfig probe = [&] {
     SparseConfig sc = *sparse_preset("sa");
     sc.eta = eta;
@@ -205,7 +312,8 @@ specula::Expected<nlohmann::json> time_long_verify(specula::CudaBackend& backend
                           "copy bandwidth; logits and activations not counted"},
       {"timing", "host wall time of forward() (ends with the logits on the host), median of 20 after 3 warm-ups, "
                  "rolled back after each; all_logits downloads T x vocab f32, last_logits computes and downloads one row"},
-      {"verifies", rows}};
+      {"verifies", rows},
+      {"profiles", profiles}};
 }
 
 int fail(const std::string& message) {
@@ -350,14 +458,31 @@ int main(int argc, char** argv) {
         (*session)->rollback();
         if (r >= 5) ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
       }
-      verifies.push_back({{"nodes", n}, {"rows", T}, {"verify_ms_median", median(ms)},
-                          {"over_decode_step", median(ms) * median(tps) / 1e3}});
+      nlohmann::json row = {{"nodes", n}, {"rows", T}, {"verify_ms_median", median(ms)},
+                            {"over_decode_step", median(ms) * median(tps) / 1e3}};
+      if (!profile_path.empty() && n == verify_nodes.front()) {
+        // Where a verify's time goes: 10 verifies (and their rollbacks) under CUPTI.
+        KernelProfile profile;
+        if (auto st = profile.begin(profile_path + ".verify_" + std::to_string(n)); !st) return fail(st.error().message);
+        for (int r = 0; r < 10; ++r) {
+          if (auto st = (*session)->forward(toks, tpos, &mask, all, specula::LogitRows::All); !st) {
+            return fail(st.error().message);
+          }
+          (*session)->rollback();
+        }
+        auto summary = profile.end(10, pdl);
+        if (!summary) return fail(summary.error().message);
+        print_top_kernels(("verify of " + std::to_string(n) + " nodes under CUPTI").c_str(), *summary, 10);
+        row["profile"] = *summary;
+      }
+      verifies.push_back(row);
     }
     results["verify"] = verifies;
   }
 
   if (long_context > 0) {
-    auto long_verify = time_long_verify(*backend, long_context, long_nodes, sparse_eta, sparse_dense_below);
+    auto long_verify =
+        time_long_verify(*backend, long_context, long_nodes, sparse_eta, sparse_dense_below, profile_path, pdl);
     if (!long_verify) return fail(long_verify.error().message);
     results["long_verify"] = *long_verify;
   }
@@ -365,59 +490,14 @@ int main(int argc, char** argv) {
   if (!profile_path.empty()) {
     // Capture only the decode steps: it starts after the prefill (whose logits came back, so
     // the GPU is idle) and stops after the last step.
-    std::filesystem::remove(profile_path);
-    auto recorder = specula::profiler::record_to(profile_path, specula::ObserveLevel::kSummary);
-    if (!recorder) return fail(recorder.error().message);
-    std::unique_ptr<specula::profiler::CuptiCapture> capture;
-    // Without programmatic launch: a kernel that starts early and waits for the one before
-    // would show that wait as its own duration.
-    specula::cuda::set_programmatic_dependent_launch(false);
-    auto run = run_once(*backend, prompt, tokens, [&]() -> specula::Status {
-      auto c = specula::profiler::CuptiCapture::start(*recorder);
-      if (!c) return c.error();
-      capture = std::move(*c);
-      return specula::Status::success();
-    });
-    specula::cuda::set_programmatic_dependent_launch(pdl);
+    KernelProfile profile;
+    auto run = run_once(*backend, prompt, tokens, [&]() { return profile.begin(profile_path); });
     if (!run) return fail(run.error().message);
-    if (auto s = capture->stop(); !s) return fail(s.error().message);
-    const auto stats = capture->stats();
-    if (auto s = (*recorder)->finish(); !s) return fail(s.error().message);
-    auto session = specula::profiler::open_session(profile_path);
-    if (!session) return fail(session.error().message);
-    auto rows = session->read_kernels();
-    if (!rows) return fail(rows.error().message);
-    std::map<std::string, std::pair<int64_t, int64_t>> by_name;  // short name -> (count, total ns)
-    int64_t first = rows->empty() ? 0 : rows->front().start, last = first, total_ns = 0;
-    for (const auto& k : *rows) {
-      auto& e = by_name[k.short_name];
-      e.first += 1;
-      e.second += k.end - k.start;
-      total_ns += k.end - k.start;
-      first = std::min(first, k.start);
-      last = std::max(last, k.end);
-    }
-    std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>> top(by_name.begin(), by_name.end());
-    std::sort(top.begin(), top.end(), [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
-    nlohmann::json kernels = nlohmann::json::array();
-    for (const auto& [name, e] : top) {
-      kernels.push_back({{"kernel", name},
-                         {"per_step", static_cast<double>(e.first) / tokens},
-                         {"us_per_step", e.second / 1e3 / tokens},
-                         {"mean_us", e.second / 1e3 / static_cast<double>(e.first)}});
-    }
-    const double span_us = (last - first) / 1e3;
-    results["profile"] = {
-        {"session", profile_path},
-        {"tokens_per_s_under_capture", run->decoded / run->decode_s},
-        {"kernel_rows", rows->size()},
-        {"kernels_per_step", static_cast<double>(rows->size()) / tokens},
-        {"kernel_us_per_step", total_ns / 1e3 / tokens},
-        {"gpu_span_us_per_step", span_us / tokens},
-        {"kernel_busy_share", span_us > 0 ? total_ns / 1e3 / span_us : 0},
-        {"cupti_records", stats.records},
-        {"cupti_dropped", stats.dropped},
-        {"kernels", kernels}};
+    auto summary = profile.end(tokens, pdl);
+    if (!summary) return fail(summary.error().message);
+    (*summary)["tokens_per_s_under_capture"] = run->decoded / run->decode_s;
+    print_top_kernels("decode step under CUPTI", *summary, 8);
+    results["profile"] = *summary;
   }
 
   nlohmann::json out = {{"bench", "cuda_decode"},

@@ -183,7 +183,16 @@ TEST_F(CudaSparseVerify, LogitsAndSelectionsMatchTheCpuInEveryQueryMode) {
     // flipped near-tie blocks add to it.
     EXPECT_LT(err, 4e-2) << to_string(mode);
     EXPECT_GT(jac_sum / compared, 0.9) << to_string(mode);
-    EXPECT_LT(gpu_share, 0.8) << "the CUDA verify read nearly everything";
+    // Both backends count what a kernel sharing loads as the mode allows must read
+    // (engine/sparse/sparse_attention.cpp); the CUDA one counts bf16 K/V and f32 metadata where
+    // the CPU counts f32 throughout, so the metadata weighs a little more. Per-query and the
+    // group modes load per row or per group: on this short prompt with a tree of many rows they
+    // read more than one shared dense pass (the CPU's figure says so too), which is the point of
+    // SSV's group-union. Only the first-query mode must read less than dense here.
+    EXPECT_NEAR(gpu_share, cpu_share, 0.1 * cpu_share) << to_string(mode);
+    if (mode == QueryMode::kFirst) {
+      EXPECT_LT(gpu_share, 0.8) << "the CUDA verify read nearly everything";
+    }
     EXPECT_GT(gpu.stats.kv_bytes_dense, 0);
   }
 }
@@ -205,11 +214,19 @@ TEST_F(CudaSparseVerify, KeepingEveryBlockIsTheDensePathAndDroppingOneStaysClose
   while (eta > 0.5 && kept_blocks(config(QueryMode::kPerQuery, eta), P, 16) >= nb) eta -= 0.001;
   ASSERT_EQ(kept_blocks(config(QueryMode::kPerQuery, eta), P, 16), nb - 1);
   const Verify most = verify(*cuda_, config(QueryMode::kPerQuery, eta), tree);
+  const Verify most_cpu = verify(*cpu_, config(QueryMode::kPerQuery, eta), tree);
   const double err = rel_l2(most.logits, dense.logits);
-  std::printf("eta %.3f (one of %lld blocks dropped per row and KV head): rel L2 to dense %.3e, bytes read / dense %.3f\n",
-              eta, static_cast<long long>(nb), err, static_cast<double>(most.stats.kv_bytes_read) / most.stats.kv_bytes_dense);
+  const auto share = [](const Verify& v) {
+    return static_cast<double>(v.stats.kv_bytes_read) / static_cast<double>(v.stats.kv_bytes_dense);
+  };
+  std::printf("eta %.3f (one of %lld blocks dropped per row and KV head): rel L2 to dense %.3e, bytes read / dense "
+              "%.3f (CPU %.3f)\n",
+              eta, static_cast<long long>(nb), err, share(most), share(most_cpu));
   EXPECT_LT(err, 2e-2);
-  EXPECT_LT(most.stats.kv_bytes_read, most.stats.kv_bytes_dense);
+  // Per-query loads every row's blocks apart: about rows x (nb - 1) / nb of a dense pass, plus
+  // the scoring metadata, counted as the CPU counts it.
+  EXPECT_NEAR(share(most), share(most_cpu), 0.1 * share(most_cpu));
+  EXPECT_LT(share(most), static_cast<double>(tree.size() + 1));
 }
 
 TEST_F(CudaSparseVerify, GreedySpeculativeRunReadsFewerKvBytesThanDense) {
