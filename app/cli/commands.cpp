@@ -180,7 +180,7 @@ std::string quoted_token(const Model& m, int32_t id) {
 }
 
 // The backend a speculative engine runs on: --backend, where auto means the GPU when one is
-// present and the run needs nothing only the CPU has (int8 activations, sparse FFN / MoE skipping
+// present and the run needs nothing only the CPU has (int8 activations, MoE skipping
 // or exact scoring, a model family the CUDA backend lacks).
 Expected<std::unique_ptr<TransformerBackend>> engine_backend(const std::string& kind, const Model& model, int threads,
                                                              Precision precision, const SparseConfig& sparse) {

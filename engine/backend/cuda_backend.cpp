@@ -23,6 +23,7 @@
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/model_ops.h"
 #include "kernels/cuda/skinny_gemm.h"
+#include "kernels/cuda/sparse_ffn.h"
 #include "kernels/cuda/sparse_verify.h"
 #endif
 
@@ -37,7 +38,6 @@ Status cuda_sparse_supported(const SparseConfig& c) {
   const auto refuse = [](const std::string& option) {
     return make_error("sparse verification on the CUDA backend does not support " + option + "; use --backend cpu");
   };
-  if (c.ffn) return refuse("sparse FFN (ffn, presets sffn and hybrid)");
   if (c.moe || c.moe_skip_budget > 0) return refuse("MoE expert skipping (moe, moe_skip_budget)");
   if (c.scoring != "quest") return refuse("scoring \"" + c.scoring + "\" (only \"quest\")");
   if (c.group_score != "logit-sum") return refuse("group_score \"" + c.group_score + "\" (only \"logit-sum\")");
@@ -540,6 +540,10 @@ class CudaSession final : public BackendSession {
                         " rows > capacity " + std::to_string(capacity_) + ")");
     }
     if (auto ok = b.ensure_scratch(T); !ok) return ok;
+    const SparseConfig* ffn_sparse = sparse && sparse->ffn ? sparse : nullptr;
+    if (ffn_sparse) {
+      if (auto ok = prepare_sparse_ffn(T); !ok) return ok;
+    }
     // Sparse verification past L_b, or a dense verify on the tree-attention kernels.
     std::optional<SparsePlan> plan;
     if (auto ok = plan_tree_verify(T, mask, first_new, sparse, context, &plan); !ok) return ok;
@@ -561,14 +565,16 @@ class CudaSession final : public BackendSession {
     // Decode steps and tree verifies replay graphs (one per shape); a prefill is launched. A
     // planned tree verify is launched too: its grids and list sizes follow the committed length
     // (select_blocks sizes its launches on the host), so a graph would be re-captured every step.
-    const bool graphed =
-        !plan && b.cuda_graphs && ((T == 1 && !mask && rows == LogitRows::Last) || (mask && T <= kMaxGraphRows));
+    // A sparse FFN forward is launched too: it is not one of the graphs' shapes, and its counts
+    // are copied out per layer.
+    const bool graphed = !plan && !ffn_sparse && b.cuda_graphs &&
+                         ((T == 1 && !mask && rows == LogitRows::Last) || (mask && T <= kMaxGraphRows));
     if (plan) {
       SPECULA_CUDA_TRY(cudaMemsetAsync(listed_rows_.get(), 0, sizeof(unsigned long long), s), "sparse verify");
     }
     if (graphed) {
       if (auto ok = launch_graph(T, mask_dev, rows); !ok) return ok;
-    } else if (auto ok = enqueue_forward(T, mask_dev, rows, plan ? &*plan : nullptr); !ok) {
+    } else if (auto ok = enqueue_forward(T, mask_dev, rows, plan ? &*plan : nullptr, ffn_sparse); !ok) {
       return ok;
     }
     SPECULA_CUDA_TRY(cudaGetLastError(), "kernel launch in forward");
@@ -582,6 +588,7 @@ class CudaSession final : public BackendSession {
     }
     // The forward's one host synchronization: the logits must be on the host.
     SPECULA_CUDA_TRY(cudaStreamSynchronize(s), "forward");
+    if (ffn_sparse && context) report_sparse_ffn(T, *context);
     if (context && context->sparse && context->stats) {
       // Bytes this backend reads: bf16 K and V rows, f32 block min/max for scoring.
       const int64_t row_bytes = c.head_dim * 2 * 2;
@@ -613,6 +620,7 @@ class CudaSession final : public BackendSession {
     if (rows_uploaded_) cudaEventDestroy(rows_uploaded_);
     if (host_rows_) cudaFreeHost(host_rows_);
     if (host_listed_rows_) cudaFreeHost(host_listed_rows_);
+    if (host_ffn_counts_) cudaFreeHost(host_ffn_counts_);
   }
 
   Status commit(std::span<const int> keep_rows) override {
@@ -963,7 +971,8 @@ class CudaSession final : public BackendSession {
 
   // Enqueues the forward of T new tokens, from the embedding to the logits GEMM, reading the
   // tokens, positions and step scalars that forward() uploaded to b.ids.
-  Status enqueue_forward(int64_t T, const uint8_t* mask_dev, LogitRows rows, SparsePlan* plan = nullptr) {
+  Status enqueue_forward(int64_t T, const uint8_t* mask_dev, LogitRows rows, SparsePlan* plan = nullptr,
+                         const SparseConfig* ffn_sparse = nullptr) {
     auto& b = *b_;
     const auto& c = b.cfg;
     cudaStream_t s = b.stream;
@@ -994,12 +1003,83 @@ class CudaSession final : public BackendSession {
                            T <= kMaxGraphRows ? split_ : cuda::AttentionSplit{});
       }
       if (auto ok = b.gemm(L.wo.get(), dim, qd, b.att.get(), T, b.x.get(), dim, true); !ok) return ok;
+      if (ffn_sparse) {
+        if (auto ok = sparse_ffn_layer(L, T, *ffn_sparse, l); !ok) return ok;
+        continue;
+      }
       if (auto ok = b.gate_up_swiglu(L, b.x.get(), T); !ok) return ok;
       if (auto ok = b.gemm(L.down.get(), dim, ffn, b.xn.get(), T, b.x.get(), dim, true); !ok) return ok;
     }
     const int64_t first_out = rows == LogitRows::All ? 0 : T - 1;
     const int64_t n_out = T - first_out;
     return b.gemm_norm(b.output, V, dim, b.x.get() + first_out * dim, n_out, b.output_norm.get(), b.logits.get(), V);
+  }
+
+  // Sparse FFN (SparseConfig::ffn, kernels/cuda/sparse_ffn.h): its scratch, carved for the
+  // kernels' largest batch, and pinned room for every layer's counts.
+  Status prepare_sparse_ffn(int64_t T) {
+    const auto& c = b_->cfg;
+    if (T > cuda::kSparseFfnMaxRows) {
+      return make_error("sparse FFN on the CUDA backend takes at most " + std::to_string(cuda::kSparseFfnMaxRows) +
+                        " rows a forward (a draft tree of at most " + std::to_string(cuda::kSparseFfnMaxRows - 1) +
+                        " nodes), not " + std::to_string(T) + "; use --backend cpu or a smaller tree");
+    }
+    const size_t bytes = cuda::sparse_ffn_scratch_bytes(cuda::kSparseFfnMaxRows, c.ffn_dim);
+    if (ffn_scratch_.size() * 4 < bytes) {
+      if (auto ok = ffn_scratch_.allocate((bytes + 3) / 4, "sparse FFN scratch"); !ok) return ok;
+    }
+    if (!host_ffn_counts_) {
+      SPECULA_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&host_ffn_counts_), size_t(c.n_layers) * 2 * 4),
+                       "cudaMallocHost");
+    }
+    return {};
+  }
+
+  // x += the sparse SwiGLU FFN of rmsnorm(x) for layer l: the dense gate through gemm() above
+  // one row (cuBLAS where it pays), the rest in sparse_ffn's kernels; the layer's counts are
+  // copied to host_ffn_counts_, read after the forward's synchronization.
+  Status sparse_ffn_layer(const GpuLayer& L, int64_t T, const SparseConfig& sc, int64_t l) {
+    auto& b = *b_;
+    const auto& c = b.cfg;
+    const int64_t dim = c.dim, F = c.ffn_dim;
+    const auto scratch = cuda::sparse_ffn_scratch(ffn_scratch_.get(), cuda::kSparseFfnMaxRows, F);
+    const auto tau = static_cast<float>(sc.ffn_threshold);
+    cuda::rmsnorm_rows(b.x.get(), dim, L.ffn_norm.get(), T, dim, c.rms_eps, b.xn.get(), b.stream);
+    bool launched = false;
+    if (T == 1) {
+      launched = cuda::sparse_ffn(L.gate_up.get(), L.down.get(), dim, F, b.xn.get(), dim, T, tau, sc.ffn_union,
+                                  b.x.get(), dim, true, scratch, b.stream);
+    } else {
+      if (auto ok = b.gemm(L.gate_up.get(), F, dim, b.xn.get(), T, scratch.gate, F, false); !ok) return ok;
+      launched = cuda::sparse_ffn_from_gate(L.gate_up.get(), L.down.get(), dim, F, b.xn.get(), dim, T, tau,
+                                            sc.ffn_union, b.x.get(), dim, true, scratch, b.stream);
+    }
+    if (!launched) {
+      return make_error("sparse FFN: the kernels refused layer " + std::to_string(l) + " (dim " + std::to_string(dim) +
+                        ", ffn " + std::to_string(F) + ", " + std::to_string(T) + " rows; both must be multiples of 8)");
+    }
+    SPECULA_CUDA_TRY(cudaMemcpyAsync(host_ffn_counts_ + 2 * l, scratch.counts, 2 * sizeof(int32_t),
+                                     cudaMemcpyDeviceToHost, b.stream),
+                     "sparse FFN counts");
+    return {};
+  }
+
+  // What the CPU reports of a sparse FFN forward: kept (row, channel) pairs into the stats, and
+  // one FfnStatsEvent a layer with the mean channels kept per row.
+  void report_sparse_ffn(int64_t T, const ForwardContext& context) {
+    const auto& c = b_->cfg;
+    Observer* observer = context.observer;
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      const int64_t kept = host_ffn_counts_[2 * l];
+      if (context.stats) {
+        context.stats->ffn_active += kept;
+        context.stats->ffn_total += T * c.ffn_dim;
+      }
+      if (observes(observer, EventKind::kFfnStats)) {
+        observer->on_event(FfnStatsEvent{context.round, static_cast<int32_t>(l), static_cast<int32_t>(kept / T),
+                                         static_cast<int32_t>(c.ffn_dim), false});
+      }
+    }
   }
 
   // A decode step or a tree verify as one graph launch. Each shape (rows T, all logits or the
@@ -1062,6 +1142,8 @@ class CudaSession final : public BackendSession {
   DeviceBuffer<uint64_t> list_members_, ancestors_dev_;
   DeviceBuffer<unsigned long long> listed_rows_;
   unsigned long long* host_listed_rows_ = nullptr;  // pinned
+  DeviceBuffer<float> ffn_scratch_;                 // sparse_ffn_scratch_bytes, as floats
+  int32_t* host_ffn_counts_ = nullptr;              // pinned, [n_layers][2] (kept pairs, active channels)
   cuda::BlockLists lists_;
 };
 

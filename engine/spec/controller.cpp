@@ -15,6 +15,10 @@ bool BreakEvenController::pays() const {
 }
 
 void BreakEvenController::record_plain(double ms) {
+  if (warmup_left_ > 0) {
+    --warmup_left_;
+    return;
+  }
   plain_ms_ = plain_ms_ <= 0 ? ms : options_.smoothing * ms + (1 - options_.smoothing) * plain_ms_;
   if (!options_.enabled || speculating_) return;
   if (--plain_left_ <= 0) {

@@ -7,7 +7,7 @@
 //                emits one token weighs no more than its share of the time)
 //   plain        ms of one plain decode step (one token)
 // Speculation pays while speculative < plain · margin. The first decode step is plain, to learn
-// the plain cost. After `warmup` speculative rounds that do not pay, it falls back to plain
+// the plain cost (after plain_warmup unmeasured ones). After `warmup` speculative rounds that do not pay, it falls back to plain
 // decoding for `probe_after` steps (re-measuring the plain cost), then returns to speculation to
 // probe; a failed probe doubles the wait (up to max_probe_after), a paying one resets it.
 #include <cstdint>
@@ -21,11 +21,16 @@ struct ControllerOptions {
   int warmup = 3;             // speculative rounds in a stint before judging it
   int probe_after = 8;        // plain steps before speculating again
   int max_probe_after = 128;
+  // Plain steps run first but not measured: their time holds one-time costs (on the CUDA backend
+  // the first decode step of a session captures its CUDA graph, several times a replayed step),
+  // and a plain cost learned from them makes any speculation look paying.
+  int plain_warmup = 0;
 };
 
 class BreakEvenController {
  public:
-  explicit BreakEvenController(const ControllerOptions& options = {}) : options_(options), wait_(options.probe_after) {}
+  explicit BreakEvenController(const ControllerOptions& options = {})
+      : options_(options), wait_(options.probe_after), warmup_left_(options.plain_warmup) {}
 
   // The decision for the next round.
   bool speculate() const;
@@ -48,6 +53,7 @@ class BreakEvenController {
   int stint_rounds_ = 0;  // speculative rounds since the last (re)start
   int plain_left_ = 0;    // plain steps before the next probe
   int wait_;              // current probe_after (backs off)
+  int warmup_left_ = 0;   // plain steps still to skip before measuring
   int fallbacks_ = 0;
   int returns_ = 0;
 };

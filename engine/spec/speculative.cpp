@@ -209,7 +209,10 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
   BackendSession& kv = **session;
   if (drafter) drafter->reset();
   const int64_t draft_rollback_before = drafter ? drafter->stats().rollback_tokens : 0;
-  BreakEvenController controller(options.controller);
+  ControllerOptions controller_options = options.controller;
+  // The first decode step of a CUDA session captures its graph: not a plain step's cost.
+  if (backend_->name() != "cpu") controller_options.plain_warmup = std::max(controller_options.plain_warmup, 1);
+  BreakEvenController controller(controller_options);
   const int64_t row_bytes = kv_row_bytes();
   const auto V = static_cast<size_t>(cfg.vocab_size);
   std::vector<float> logits(V);

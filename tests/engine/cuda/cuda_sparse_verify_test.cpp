@@ -229,6 +229,35 @@ TEST_F(CudaSparseVerify, KeepingEveryBlockIsTheDensePathAndDroppingOneStaysClose
   EXPECT_LT(share(most), static_cast<double>(tree.size() + 1));
 }
 
+// Sparse FFN (preset sffn, per row and union over the tree): one verify forward on both backends
+// with the same threshold. The GPU's gate comes from bf16 weights and f32 activations like the
+// CPU's Bf16Storage path, so channels near tau may fall either way: the kept share must agree
+// closely, and the logits within the dense forward's bound.
+TEST_F(CudaSparseVerify, SparseFfnKeepsTheCpusChannelsAndLogits) {
+  const uint64_t seed = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  const DraftTree tree = random_tree(seed);
+  const Verify dense = verify(*cuda_, SparseConfig{}, tree);
+  for (bool union_rows : {false, true}) {
+    SparseConfig c = *sparse_preset("sffn");
+    c.ffn_union = union_rows;
+    const Verify cpu = verify(*cpu_, c, tree);
+    const Verify gpu = verify(*cuda_, c, tree);
+    ASSERT_GT(cpu.stats.ffn_total, 0);
+    ASSERT_EQ(gpu.stats.ffn_total, cpu.stats.ffn_total);
+    const double cpu_share = static_cast<double>(cpu.stats.ffn_active) / static_cast<double>(cpu.stats.ffn_total);
+    const double gpu_share = static_cast<double>(gpu.stats.ffn_active) / static_cast<double>(gpu.stats.ffn_total);
+    const double err = rel_l2(gpu.logits, cpu.logits);
+    std::printf("sffn tau %.3g %-7s channels kept: CPU %.4f, CUDA %.4f; logits rel L2 to the CPU %.3e, to the "
+                "CUDA dense forward %.3e\n",
+                c.ffn_threshold, union_rows ? "union" : "per row", cpu_share, gpu_share, err,
+                rel_l2(gpu.logits, dense.logits));
+    EXPECT_NEAR(gpu_share, cpu_share, 2e-3) << (union_rows ? "union" : "per row");
+    EXPECT_LT(gpu_share, 0.95) << "the threshold skipped almost nothing: the test would not test skipping";
+    EXPECT_LT(err, 2e-2) << (union_rows ? "union" : "per row");
+  }
+}
+
 TEST_F(CudaSparseVerify, GreedySpeculativeRunReadsFewerKvBytesThanDense) {
   auto backend = make_cuda_backend(*model_, CudaBackendOptions{});
   ASSERT_TRUE(backend) << backend.error().message;

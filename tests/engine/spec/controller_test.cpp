@@ -15,6 +15,22 @@ TEST(BreakEvenController, MeasuresPlainFirstThenSpeculates) {
   EXPECT_DOUBLE_EQ(c.plain_ms_per_token(), 10);
 }
 
+TEST(BreakEvenController, PlainWarmupStepsAreNotMeasured) {
+  ControllerOptions o;
+  o.plain_warmup = 1;
+  BreakEvenController c(o);
+  c.record_plain(90);  // a first GPU step that captured its CUDA graph
+  EXPECT_FALSE(c.speculate());
+  EXPECT_EQ(c.plain_ms_per_token(), 0);
+  c.record_plain(1);
+  EXPECT_TRUE(c.speculate());
+  EXPECT_DOUBLE_EQ(c.plain_ms_per_token(), 1);
+  // Against the measured 1 ms, 2 ms per token does not pay (against 90 it would have).
+  for (int i = 0; i < 3; ++i) c.record_speculative(2, 1, 3);
+  EXPECT_FALSE(c.speculate());
+  EXPECT_EQ(c.fallbacks(), 1);
+}
+
 TEST(BreakEvenController, StaysWhileItPays) {
   BreakEvenController c;
   c.record_plain(10);
