@@ -40,27 +40,60 @@ Shape make_shape(const TreeQueries& tq, const SelectParams& sp) {
   return s;
 }
 
-__device__ __forceinline__ float meta_at(const __nv_bfloat16* p, size_t i) { return __bfloat162float(p[i]); }
-__device__ __forceinline__ float meta_at(const float* p, size_t i) { return p[i]; }
+
+// 16 bytes of metadata as floats: 4 f32 or 8 bf16.
+__device__ __forceinline__ void unpack16(const uint4& v, const float*, float* out) {
+  out[0] = __uint_as_float(v.x), out[1] = __uint_as_float(v.y), out[2] = __uint_as_float(v.z), out[3] = __uint_as_float(v.w);
+}
+__device__ __forceinline__ void unpack16(const uint4& v, const __nv_bfloat16*, float* out) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    out[2 * i] = __uint_as_float(w[i] << 16);
+    out[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+
+constexpr int kScoreThreads = 256;
 
 // scores[sel][kvh][b] (float). Metadata of the CTA's 32 blocks is staged in shared memory as f32,
 // one row of kD + 1 floats per (min|max, block): the odd row stride puts the 32 lanes' reads of
-// one dimension in 32 distinct banks.
+// one dimension in 32 distinct banks. The staging reads 16 bytes a load, all of a thread's loads
+// issued before the first store: with 4-byte loads one at a time the kernel was bound by loads in
+// flight (58 us a layer for Llama-8B's 34 MB of f32 metadata at 64K, ~11 us at copy speed;
+// bench/results/cuda_verify_8b_64k_profile_h100_2026-11-24.json). Rows are 16-byte aligned:
+// kD * sizeof(Meta) is a multiple of 128.
 template <int kD, class Meta>
-__global__ void quest_score_kernel(const __nv_bfloat16* __restrict__ q, const Meta* __restrict__ bmin,
-                                   const Meta* __restrict__ bmax, const int32_t* __restrict__ block_table,
-                                   int kv_heads, int q_heads, int selectors, int stride, int nblocks, int sink_blocks,
-                                   int first_forced, float* scores) {
+__global__ void __launch_bounds__(kScoreThreads) quest_score_kernel(
+    const __nv_bfloat16* __restrict__ q, const Meta* __restrict__ bmin, const Meta* __restrict__ bmax,
+    const int32_t* __restrict__ block_table, int kv_heads, int q_heads, int selectors, int stride, int nblocks,
+    int sink_blocks, int first_forced, float* scores) {
+  constexpr int kVec = 16 / static_cast<int>(sizeof(Meta));  // values per 16-byte load
+  constexpr int kRowChunks = kD / kVec;                       // loads per (min|max, block) row
+  constexpr int kChunks = kScoreBlocks * 2 * kRowChunks;
+  constexpr int kPerThread = (kChunks + kScoreThreads - 1) / kScoreThreads;
   __shared__ float meta[2][kScoreBlocks][kD + 1];
   const int kvh = blockIdx.y, b0 = blockIdx.x * kScoreBlocks, gqa = q_heads / kv_heads;
-  for (int i = threadIdx.x; i < kScoreBlocks * 2 * kD; i += blockDim.x) {
-    const int blk = i / (2 * kD), which = i / kD % 2, d = i % kD;
-    float val = 0.f;
-    if (b0 + blk < nblocks) {
+  uint4 raw[kPerThread];
+#pragma unroll
+  for (int r = 0; r < kPerThread; ++r) {
+    const int i = threadIdx.x + r * kScoreThreads;
+    const int blk = i / (2 * kRowChunks), which = i / kRowChunks % 2, d = i % kRowChunks * kVec;
+    raw[r] = make_uint4(0u, 0u, 0u, 0u);
+    if (i < kChunks && b0 + blk < nblocks) {
       const size_t phys = static_cast<size_t>(block_table[b0 + blk]);
-      val = meta_at(which ? bmax : bmin, (phys * kv_heads + kvh) * kD + d);
+      raw[r] = __ldg(reinterpret_cast<const uint4*>((which ? bmax : bmin) + (phys * kv_heads + kvh) * kD + d));
     }
-    meta[which][blk][d] = val;
+  }
+#pragma unroll
+  for (int r = 0; r < kPerThread; ++r) {
+    const int i = threadIdx.x + r * kScoreThreads;
+    if (i >= kChunks) break;
+    const int blk = i / (2 * kRowChunks), which = i / kRowChunks % 2, d = i % kRowChunks * kVec;
+    float v[kVec];
+    unpack16(raw[r], bmin, v);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) meta[which][blk][d + j] = v[j];
   }
   __syncthreads();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, b = b0 + lane;
@@ -185,11 +218,15 @@ __global__ void __launch_bounds__(kSelectThreads) top_k_select_kernel(const floa
 }
 
 // One CTA per (group, kv head): OR the member nodes' top-`take` sets into a per-block node mask
-// in shared memory, then compact it in block order.
-__global__ void build_lists_kernel(const int32_t* __restrict__ sorted_ids, int kv_heads, int nodes, int nblocks,
-                                   int take, int stride, int group_size, int max_blocks, int32_t* blocks,
-                                   uint64_t* members, int32_t* counts) {
+// in shared memory, then compact it in block order, each warp a contiguous range of blocks placed
+// after the warps before it (one warp walking all blocks took 57 us a layer at 64K for 8 CTAs,
+// bench/results/cuda_verify_8b_64k_profile_h100_2026-11-24.json).
+__global__ void __launch_bounds__(kListThreads) build_lists_kernel(const int32_t* __restrict__ sorted_ids, int kv_heads,
+                                                                    int nodes, int nblocks, int take, int stride,
+                                                                    int group_size, int max_blocks, int32_t* blocks,
+                                                                    uint64_t* members, int32_t* counts) {
   extern __shared__ unsigned long long mask[];  // [nblocks]
+  __shared__ int warp_count[kListThreads / 32];
   const int group = blockIdx.x, kvh = blockIdx.y;
   for (int b = threadIdx.x; b < nblocks; b += blockDim.x) mask[b] = 0ull;
   __syncthreads();
@@ -199,13 +236,24 @@ __global__ void build_lists_kernel(const int32_t* __restrict__ sorted_ids, int k
     for (int j = threadIdx.x; j < take; j += blockDim.x) atomicOr(&mask[ids[j]], 1ull << node);
   }
   __syncthreads();
-  if (threadIdx.x >= 32) return;
-  const int lane = threadIdx.x;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int per_warp = ((nblocks + kListThreads / 32 - 1) / (kListThreads / 32) + 31) / 32 * 32;
+  const int begin = warp * per_warp, end = min(nblocks, begin + per_warp);
+  int mine = 0;
+  for (int b0 = begin; b0 < end; b0 += 32) {
+    mine += __popc(__ballot_sync(0xffffffffu, b0 + lane < end && mask[b0 + lane] != 0ull));
+  }
+  if (lane == 0) warp_count[warp] = mine;
+  __syncthreads();
+  int count = 0, total = 0;  // listed blocks in the warps before this one, and in all
+  for (int w = 0; w < kListThreads / 32; ++w) {
+    count += w < warp ? warp_count[w] : 0;
+    total += warp_count[w];
+  }
   const size_t base = (size_t(group) * kv_heads + kvh) * max_blocks;
-  int count = 0;
-  for (int b0 = 0; b0 < nblocks; b0 += 32) {
+  for (int b0 = begin; b0 < end; b0 += 32) {
     const int b = b0 + lane;
-    const unsigned long long m = b < nblocks ? mask[b] : 0ull;
+    const unsigned long long m = b < end ? mask[b] : 0ull;
     const unsigned ballot = __ballot_sync(0xffffffffu, m != 0ull);
     if (m != 0ull) {
       const int at = count + __popc(ballot & ((1u << lane) - 1u));
@@ -216,7 +264,7 @@ __global__ void build_lists_kernel(const int32_t* __restrict__ sorted_ids, int k
     }
     count += __popc(ballot);
   }
-  if (lane == 0) counts[group * kv_heads + kvh] = min(count, max_blocks);
+  if (threadIdx.x == 0) counts[group * kv_heads + kvh] = min(total, max_blocks);
 }
 
 struct Layout {
@@ -296,7 +344,7 @@ bool select_blocks(const PagedKv& kv, const TreeQueries& tq, const SelectParams&
   const auto* bmin = reinterpret_cast<const __nv_bfloat16*>(kv.block_min);
   const auto* bmax = reinterpret_cast<const __nv_bfloat16*>(kv.block_max);
 #define SPECULA_SCORE(D, MIN, MAX)                                                                                   \
-  quest_score_kernel<D><<<score_grid, 256, 0, st>>>(q, MIN, MAX, kv.block_table, kv.kv_heads, tq.q_heads, s.selectors, \
+  quest_score_kernel<D><<<score_grid, kScoreThreads, 0, st>>>(q, MIN, MAX, kv.block_table, kv.kv_heads, tq.q_heads, s.selectors, \
                                                     s.stride, s.nblocks, sp.sink_blocks, s.first_forced, scores)
   if (sp.head_dim == 128) {
     if (f32_meta) SPECULA_SCORE(128, sp.block_min_f32, sp.block_max_f32); else SPECULA_SCORE(128, bmin, bmax);

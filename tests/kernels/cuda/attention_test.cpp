@@ -130,11 +130,24 @@ std::vector<std::set<int>> node_sets(const Problem& p, const BlockLists& L, cons
   return sets;
 }
 
-void check_sparse_mode(QueryMode mode, int nodes, int prefix, std::mt19937_64& rng) {
-  SCOPED_TRACE(std::string("mode ") + query_mode_name(mode) + " nodes " + std::to_string(nodes));
+// f32_meta: the scoring reads f32 copies of the block min/max (SelectParams::block_min_f32, the
+// model backend's layout) instead of the bf16 ones: the same values, so the same reference.
+void check_sparse_mode(QueryMode mode, int nodes, int prefix, std::mt19937_64& rng, bool f32_meta = false) {
+  SCOPED_TRACE(std::string("mode ") + query_mode_name(mode) + " nodes " + std::to_string(nodes) +
+               (f32_meta ? " f32 metadata" : ""));
   const Problem p = testing::make_problem(rng, 2, 8, nodes, prefix);
   DeviceProblem dp(p);
+  std::vector<float> min_f32(p.bmin.size()), max_f32(p.bmax.size());
+  for (size_t i = 0; i < p.bmin.size(); ++i) {
+    min_f32[i] = static_cast<float>(from_bf16(p.bmin[i]));
+    max_f32[i] = static_cast<float>(from_bf16(p.bmax[i]));
+  }
+  DeviceBuffer<float> dmin(min_f32), dmax(max_f32);
   SelectParams sp;
+  if (f32_meta) {
+    sp.block_min_f32 = dmin.ptr;
+    sp.block_max_f32 = dmax.ptr;
+  }
   sp.mode = mode;
   sp.group_size = 4;
   sp.top_k = 7;
@@ -222,6 +235,8 @@ TEST(CudaSparseAttention, EveryQueryModeMatchesReference) {
     check_sparse_mode(mode, 64, 900, rng);
   }
   check_sparse_mode(QueryMode::kGroupUnion, 3, 40, rng);  // fewer blocks than top-k
+  check_sparse_mode(QueryMode::kFirstQuery, 9, 3000, rng, true);
+  check_sparse_mode(QueryMode::kGroupUnion, 40, 2100, rng, true);
 }
 
 }  // namespace
