@@ -219,8 +219,9 @@ __global__ void __launch_bounds__(kSelectThreads) top_k_select_kernel(const floa
 
 // One CTA per (group, kv head): OR the member nodes' top-`take` sets into a per-block node mask
 // in shared memory, then compact it in block order, each warp a contiguous range of blocks placed
-// after the warps before it (one warp walking all blocks took 57 us a layer at 64K for 8 CTAs,
-// bench/results/cuda_verify_8b_64k_profile_h100_2026-11-24.json).
+// after the warps before it (bench/results/cuda_verify_8b_64k_profile_h100_2026-11-24.json: 57 us
+// a layer at 64K with one warp compacting and every node's ids read apart; 53 us with the warps
+// alone, cuda_verify_8b_64k_v2_h100_2026-11-24.json).
 __global__ void __launch_bounds__(kListThreads) build_lists_kernel(const int32_t* __restrict__ sorted_ids, int kv_heads,
                                                                     int nodes, int nblocks, int take, int stride,
                                                                     int group_size, int max_blocks, int32_t* blocks,
@@ -230,10 +231,15 @@ __global__ void __launch_bounds__(kListThreads) build_lists_kernel(const int32_t
   const int group = blockIdx.x, kvh = blockIdx.y;
   for (int b = threadIdx.x; b < nblocks; b += blockDim.x) mask[b] = 0ull;
   __syncthreads();
+  // Each distinct selector of the group once, with the bits of all its nodes: first_query's one
+  // selector serves the whole tree, so a loop over nodes read its ids 61 times, one L2 round trip
+  // after another (53 us a layer in the profile above).
   const int first = group * group_size, last = min(nodes, first + group_size);
-  for (int node = first; node < last; ++node) {
-    const int32_t* ids = sorted_ids + (size_t(node / stride) * kv_heads + kvh) * nblocks;
-    for (int j = threadIdx.x; j < take; j += blockDim.x) atomicOr(&mask[ids[j]], 1ull << node);
+  for (int sel = first / stride; sel * stride < last; ++sel) {
+    const int a = max(first, sel * stride), b = min(last, (sel + 1) * stride);
+    const unsigned long long bits = (b - a == 64 ? ~0ull : (1ull << (b - a)) - 1ull) << a;
+    const int32_t* ids = sorted_ids + (size_t(sel) * kv_heads + kvh) * nblocks;
+    for (int j = threadIdx.x; j < take; j += blockDim.x) atomicOr(&mask[ids[j]], bits);
   }
   __syncthreads();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
