@@ -22,21 +22,14 @@
 #include "engine/backend/cpu_backend.h"
 #include "engine/backend/cuda_backend.h"
 #include "engine/model/loader.h"
+#include "tests/engine/cuda/cuda_test_support.h"
 #include "engine/spec/drafters.h"
 #include "engine/spec/speculative.h"
 
 namespace specula {
 namespace {
 
-double rel_l2(const std::vector<float>& a, const std::vector<float>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double d = static_cast<double>(a[i]) - ref[i];
-    num += d * d;
-    den += static_cast<double>(ref[i]) * ref[i];
-  }
-  return std::isfinite(num) ? std::sqrt(num / den) : 1e30;
-}
+using testing::rel_l2;
 
 // Per (layer, query row) the block ids a verify read (query -1: the union over the tree).
 class SelectionLog final : public Observer {

@@ -12,46 +12,17 @@
 
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/model_ops.h"
+#include "tests/kernels/cuda/gpu_test_support.h"
 
 namespace specula::cuda {
 namespace {
 
 float bf_round(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
-template <class T>
-T* upload(const std::vector<T>& h) {
-  T* d = nullptr;
-  EXPECT_EQ(cudaMalloc(&d, std::max<size_t>(1, h.size()) * sizeof(T)), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  return d;
-}
-template <class T>
-std::vector<T> download(const T* d, size_t n) {
-  std::vector<T> h(n);
-  EXPECT_EQ(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-  return h;
-}
+using testing::download;
+using testing::upload;
 
-class ModelOpsTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (device_count() == 0) {
-      std::puts("skipped: no GPU");
-      GTEST_SKIP() << "skipped: no GPU";
-    }
-    seed_ = std::random_device{}();
-    std::printf("seed %u\n", seed_);
-    rng_.seed(seed_);
-  }
-  std::vector<float> random(size_t n, float scale = 1.0f) {
-    std::uniform_real_distribution<float> u(-scale, scale);
-    std::vector<float> v(n);
-    for (auto& x : v) x = u(rng_);
-    return v;
-  }
-  unsigned seed_ = 0;
-  std::mt19937 rng_;
-};
+using ModelOpsTest = testing::GpuRandomTest;
 
 TEST_F(ModelOpsTest, RmsNormSwiGluRopeMatchCpu) {
   const int64_t T = 5, dim = 576, ffn = 1536, heads = 9, kv_heads = 3, hd = 64;

@@ -20,6 +20,7 @@
 #include "engine/model/moe.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/moe.h"
+#include "tests/kernels/cuda/gpu_test_support.h"
 
 namespace specula::cuda {
 namespace {
@@ -55,19 +56,8 @@ std::vector<float> f32_random(Rng& rng, size_t n, float scale) {
   return v;
 }
 
-template <class T>
-T* upload(const std::vector<T>& h) {
-  T* d = nullptr;
-  EXPECT_EQ(cudaMalloc(&d, std::max<size_t>(1, h.size()) * sizeof(T)), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  return d;
-}
-template <class T>
-std::vector<T> download(const T* d, size_t n) {
-  std::vector<T> h(n);
-  EXPECT_EQ(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-  return h;
-}
+using testing::download;
+using testing::upload;
 
 // out[r] = Σ_k W[r][k] · x[k] in double, W (rows, n) bf16.
 double dot_row(const uint16_t* w, const float* x, int64_t n) {
@@ -102,31 +92,25 @@ void parallel_over(int64_t n, Fn&& fn) {
   for (auto& t : pool) t.join();
 }
 
-class MoeTest : public ::testing::Test {
+class MoeTest : public testing::GpuRandomTest {
  public:
   void SetUp() override {
-    if (device_count() == 0) {
-      std::puts("skipped: no GPU");
-      GTEST_SKIP() << "skipped: no GPU";
-    }
-    seed_ = std::random_device{}();
-    std::printf("seed %u\n", seed_);
-    rng_.s = seed_;
+    GpuRandomTest::SetUp();
+    fast_.s = seed_;  // the expert weights are large: the cheap generator draws them
   }
   void check(const MoeShape& shape, std::initializer_list<int64_t> token_counts);
-  unsigned seed_ = 0;
-  Rng rng_{0};
+  Rng fast_{0};
 };
 
 void MoeTest::check(const MoeShape& s, std::initializer_list<int64_t> token_counts) {
   const int64_t E = s.n_experts, k = s.top_k, dim = s.dim, F = s.expert_ffn, SF = s.shared_ffn;
   const int64_t max_T = std::max(token_counts), ld_x = dim + 4;
-  const auto router = bf16_random(rng_, E * dim, 0.05f);
-  const auto gate_up = bf16_random(rng_, E * 2 * F * dim, 0.05f);
-  const auto down = bf16_random(rng_, E * dim * F, 0.05f);
-  const auto shared_gate_up = bf16_random(rng_, 2 * SF * dim, 0.05f);
-  const auto shared_down = bf16_random(rng_, dim * SF, 0.05f);
-  const auto shared_gate = f32_random(rng_, SF > 0 ? dim : 0, 0.05f);
+  const auto router = bf16_random(fast_, E * dim, 0.05f);
+  const auto gate_up = bf16_random(fast_, E * 2 * F * dim, 0.05f);
+  const auto down = bf16_random(fast_, E * dim * F, 0.05f);
+  const auto shared_gate_up = bf16_random(fast_, 2 * SF * dim, 0.05f);
+  const auto shared_down = bf16_random(fast_, dim * SF, 0.05f);
+  const auto shared_gate = f32_random(fast_, SF > 0 ? dim : 0, 0.05f);
   MoeDeviceWeights w{upload(router), upload(gate_up), upload(down)};
   if (SF > 0) {
     w.shared_gate_up = upload(shared_gate_up);
@@ -140,7 +124,7 @@ void MoeTest::check(const MoeShape& s, std::initializer_list<int64_t> token_coun
   for (int sk = 1; sk < k; ++sk) {
     std::vector<double> ratios;
     for (int c = 0; c < 64; ++c) {
-      const auto x = f32_random(rng_, dim, 1.0f);
+      const auto x = f32_random(fast_, dim, 1.0f);
       std::vector<float> logits(E);
       for (int64_t e = 0; e < E; ++e) logits[e] = static_cast<float>(dot_row(router.data() + e * dim, x.data(), dim));
       std::vector<int32_t> ids(k);
@@ -166,7 +150,7 @@ void MoeTest::check(const MoeShape& s, std::initializer_list<int64_t> token_coun
     for (const bool skipping : {false, true}) {
       if (skipping && k < 2) continue;
       const bool accumulate = skipping;  // both paths of y, once each
-      const auto x = f32_random(rng_, T * ld_x, 1.0f), y0 = f32_random(rng_, T * dim, 1.0f);
+      const auto x = f32_random(fast_, T * ld_x, 1.0f), y0 = f32_random(fast_, T * dim, 1.0f);
       ASSERT_EQ(cudaMemcpy(d_x, x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
       std::vector<float> y_runs[2];
       for (auto& y : y_runs) {

@@ -14,44 +14,12 @@
 
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/skinny_gemm.h"
+#include "tests/kernels/cuda/gpu_test_support.h"
 
 namespace specula::cuda {
 namespace {
 
-class SkinnyGemmTest : public ::testing::Test {
- public:
-  void SetUp() override {
-    if (device_count() == 0) {
-      std::puts("skipped: no GPU");
-      GTEST_SKIP() << "skipped: no GPU";
-    }
-    seed_ = std::random_device{}();
-    std::printf("seed %u\n", seed_);
-    rng_.seed(seed_);
-  }
-  std::vector<float> random(size_t n, float scale) {
-    std::uniform_real_distribution<float> u(-scale, scale);
-    std::vector<float> v(n);
-    for (auto& x : v) x = u(rng_);
-    return v;
-  }
-  struct Bf16Weights {
-    std::vector<uint16_t> bits;
-    std::vector<double> values;  // the same weights, exactly
-  };
-  Bf16Weights bf16_weights(size_t n, float scale) {
-    const auto f = random(n, scale);
-    Bf16Weights w{std::vector<uint16_t>(n), std::vector<double>(n)};
-    for (size_t i = 0; i < n; ++i) {
-      const __nv_bfloat16 b = __float2bfloat16_rn(f[i]);
-      w.bits[i] = __bfloat16_as_ushort(b);
-      w.values[i] = __bfloat162float(b);
-    }
-    return w;
-  }
-  unsigned seed_ = 0;
-  std::mt19937 rng_;
-};
+using SkinnyGemmTest = testing::GpuRandomTest;
 
 using Gemm = bool (*)(const uint16_t*, int64_t, int64_t, const float*, int64_t, int64_t, float*, int64_t, bool,
                       cudaStream_t);

@@ -17,47 +17,17 @@
 
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/sparse_ffn.h"
+#include "tests/kernels/cuda/gpu_test_support.h"
 
 namespace specula::cuda {
 namespace {
 
-class SparseFfnTest : public ::testing::Test {
+class SparseFfnTest : public testing::GpuRandomTest {
  public:
-  void SetUp() override {
-    if (device_count() == 0) {
-      std::puts("skipped: no GPU");
-      GTEST_SKIP() << "skipped: no GPU";
-    }
-    seed_ = std::random_device{}();
-    std::printf("seed %u\n", seed_);
-    rng_.seed(seed_);
-  }
-  std::vector<float> random(size_t n, float scale) {
-    std::uniform_real_distribution<float> u(-scale, scale);
-    std::vector<float> v(n);
-    for (auto& x : v) x = u(rng_);
-    return v;
-  }
-  struct Bf16Weights {
-    std::vector<uint16_t> bits;
-    std::vector<double> values;  // the same weights, exactly
-  };
-  Bf16Weights bf16_weights(size_t n, float scale) {
-    const auto f = random(n, scale);
-    Bf16Weights w{std::vector<uint16_t>(n), std::vector<double>(n)};
-    for (size_t i = 0; i < n; ++i) {
-      const __nv_bfloat16 b = __float2bfloat16_rn(f[i]);
-      w.bits[i] = __bfloat16_as_ushort(b);
-      w.values[i] = __bfloat162float(b);
-    }
-    return w;
-  }
   // One FFN (dim, F) checked at each row count, per-row and union masks, overwriting and
   // accumulating into Y. keep_fraction: the share of channels (per row, or of the union) tau keeps.
   void check(int64_t dim, int64_t F, std::initializer_list<int64_t> row_counts, double keep_fraction);
 
-  unsigned seed_ = 0;
-  std::mt19937 rng_;
 };
 
 double silu(double g) { return g / (1.0 + std::exp(-g)); }
