@@ -236,13 +236,18 @@ TEST_F(SweepPanelTest, CancelMidSweepStopsWithinASecondAndLeavesTheDockUsable) {
   EXPECT_EQ(panel.rows().size(), 1);
   EXPECT_EQ(sessions_in(sessions).size(), 2);
 
-  // Cancel before the worker picks the sweep up: no run starts, nothing is written.
+  // Cancel right after starting: no run finishes and nothing is kept. Whether the worker had
+  // begun the run when the cancel arrived is a race (on a loaded 2-core CI machine it sometimes
+  // had), so either status is right; the session count below shows nothing was left behind.
   panel.start();
   panel.cancel();
   const auto early = wait_sweep(panel, 30000);
   ASSERT_TRUE(early.has_value());
   EXPECT_FALSE(*early);
-  EXPECT_EQ(panel.statusText(), "Cancelled after 0 of 1 runs.");
+  const QString early_status = panel.statusText();
+  EXPECT_TRUE(early_status == "Cancelled after 0 of 1 runs." ||
+              early_status == "Cancelled after 0 of 1 runs; the interrupted run's session was deleted.")
+      << early_status.toStdString();
   EXPECT_TRUE(panel.rows().isEmpty());
   EXPECT_EQ(sessions_in(sessions).size(), 2);
   EXPECT_FALSE(panel.isRunning());
