@@ -218,7 +218,7 @@ int run_speculative(const GenerateArgs& args, const Model& model, std::span<cons
   if (!drafter) return fail(drafter.error().message);
   std::optional<RunRecording> recording;
   if (args.record) {
-    auto started = RunRecording::start(args, model, prompt.size(), options);
+    auto started = RunRecording::start(args, model, prompt.size(), options, engine.backend());
     if (!started) return fail(started.error().message);
     recording = std::move(*started);
   }

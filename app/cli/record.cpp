@@ -3,38 +3,47 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "engine/backend/cuda_backend.h"
 #include "engine/model/model_identity.h"
 #include "kernels/cpu/cpu_info.h"
 
 namespace specula::cli {
 
-nlohmann::json generate_config_json(const GenerateArgs& args, const SpeculativeOptions& options, size_t prompt_tokens) {
-  return {{"command", "generate"},
-          {"model", args.model},
-          {"chat", args.chat},
-          {"prompt_tokens", prompt_tokens},
-          {"max_tokens", args.max_tokens},
-          {"temperature", args.temperature},
-          {"top_k", args.top_k},
-          {"top_p", args.top_p},
-          {"seed", args.seed},
-          {"threads", args.threads},
-          {"kv_block_size", args.kv_block_size},
-          {"drafter", args.spec.drafter},
-          {"draft_model", args.spec.draft_model.value_or("")},
-          {"tree", args.spec.drafter == "none" ? "none" : options.tree.to_string()},
-          {"accept", options.accept},
-          {"layers", args.spec.layers},
-          {"ngram", {{"n", args.spec.ngram_n}, {"min", args.spec.ngram_min}, {"max_length", args.spec.ngram_max_length},
-                     {"min_confidence", args.spec.ngram_min_confidence}}},
-          {"controller", options.controller.enabled},
-          {"precision", args.precision},
-          {"sparse", options.sparse.to_json()},
-          {"backend", "cpu"}};
+nlohmann::json generate_config_json(const GenerateArgs& args, const SpeculativeOptions& options, size_t prompt_tokens,
+                                    const std::string& backend) {
+  nlohmann::json config = {{"command", "generate"},
+                           {"model", args.model},
+                           {"chat", args.chat},
+                           {"prompt_tokens", prompt_tokens},
+                           {"max_tokens", args.max_tokens},
+                           {"temperature", args.temperature},
+                           {"top_k", args.top_k},
+                           {"top_p", args.top_p},
+                           {"seed", args.seed},
+                           {"threads", args.threads},
+                           {"kv_block_size", args.kv_block_size},
+                           {"drafter", args.spec.drafter},
+                           {"draft_model", args.spec.draft_model.value_or("")},
+                           {"tree", args.spec.drafter == "none" ? "none" : options.tree.to_string()},
+                           {"accept", options.accept},
+                           {"layers", args.spec.layers},
+                           {"ngram",
+                            {{"n", args.spec.ngram_n},
+                             {"min", args.spec.ngram_min},
+                             {"max_length", args.spec.ngram_max_length},
+                             {"min_confidence", args.spec.ngram_min_confidence}}},
+                           {"controller", options.controller.enabled},
+                           {"precision", args.precision},
+                           {"sparse", options.sparse.to_json()},
+                           {"backend", backend},
+                           {"draft_backend", args.spec.draft_backend}};
+  // Recorded CUDA runs launch without programmatic dependent launch (RunRecording::start).
+  if (backend == "cuda") config["programmatic_launch"] = false;
+  return config;
 }
 
 Expected<RunRecording> RunRecording::start(const GenerateArgs& args, const Model& model, size_t prompt_tokens,
-                                           SpeculativeOptions& options) {
+                                           SpeculativeOptions& options, const TransformerBackend& backend) {
   std::error_code ec;
   if (!args.overwrite && std::filesystem::exists(*args.record, ec)) {
     return make_error("--record: " + *args.record + " already exists; choose another name or pass --overwrite");
@@ -50,12 +59,12 @@ Expected<RunRecording> RunRecording::start(const GenerateArgs& args, const Model
   if (!sha) return make_error("--record: " + sha.error().message);
 
   SessionStartEvent& session = options.session;
-  session.config_json = generate_config_json(args, options, prompt_tokens).dump();
+  session.config_json = generate_config_json(args, options, prompt_tokens, backend.name()).dump();
   session.model_name = model.config.name.empty() ? model.path.filename().string() : model.config.name;
   session.model_sha256 = *sha;
   session.architecture = model.config.architecture;
-  session.backend = "cpu";
-  session.device = cpu_model_name();
+  session.backend = backend.name();
+  session.device = backend.name() == "cpu" ? cpu_model_name() : backend.device();
   session.version = SPECULA_VERSION;
   options.observer = recorder->get();
   RunRecording recording;
@@ -63,6 +72,7 @@ Expected<RunRecording> RunRecording::start(const GenerateArgs& args, const Model
   auto capture = profiler::CuptiCapture::start(recording.recorder_);
   if (capture) {
     recording.capture_ = std::move(*capture);
+    if (backend.name() == "cuda") set_cuda_programmatic_launch(false);
   } else {
     std::fprintf(stderr, "%s\n", capture.error().message.c_str());
   }

@@ -68,6 +68,7 @@ Expected<ModelConfig> synthetic_config(const std::string& name) {
 #if !defined(SPECULA_HAVE_CUDA)
 
 bool cuda_gpu_available() { return false; }
+void set_cuda_programmatic_launch(bool) {}
 struct CudaBackend::Impl {
   ModelConfig cfg;
 };
@@ -96,6 +97,7 @@ Expected<std::unique_ptr<CudaBackend>> make_synthetic_cuda_backend(const ModelCo
 #else
 
 bool cuda_gpu_available() { return cuda::device_count() > 0; }
+void set_cuda_programmatic_launch(bool on) { cuda::set_programmatic_dependent_launch(on); }
 
 namespace {
 

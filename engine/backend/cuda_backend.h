@@ -28,6 +28,11 @@ struct CudaBackendOptions {
 
 // True when built with CUDA and at least one GPU is visible (never prints).
 bool cuda_gpu_available();
+// Programmatic dependent launch of the decode and verify kernels (on by default): a kernel starts
+// early and waits for the one before, which saves launch gaps but makes a profiler's kernel
+// durations include that wait. Off for CUPTI-recorded runs; graphs captured before a change keep
+// how they were captured. A no-op without CUDA.
+void set_cuda_programmatic_launch(bool on);
 // The CUDA backend runs the llama family only: no MoE layers, q/k norms, attention biases or
 // clipping; head_dim a multiple of 8, at most 256.
 bool cuda_backend_supports(const ModelConfig& config);
