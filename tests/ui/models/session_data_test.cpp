@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
+
 #include <filesystem>
 #include <fstream>
 
@@ -142,6 +145,36 @@ TEST(TokenText, RealSessionDecodesWithTheDefaultModel) {
   }
   EXPECT_NE(all.find("Monday"), std::string::npos) << all;
   EXPECT_NE(all.find("\u2423Tuesday"), std::string::npos) << all;
+}
+
+// The committed real GPU session (a CUDA run of the default model on an H100 with CUPTI capture,
+// README): it names its backend and device, holds every round, and its kernel rows are real
+// CUPTI records, launched without programmatic dependent launch, so no two kernels of the one
+// stream overlap by more than the timestamps' jitter.
+TEST(SessionData, RealGpuSessionHasItsBackendRoundsAndKernels) {
+  auto data = load_session_data(SPECULA_TEST_DATA_DIR "/sessions/real-gpu-ngram.sqlite");
+  ASSERT_TRUE(data) << data.error().message;
+  EXPECT_EQ(data->info.backend, "cuda");
+  EXPECT_NE(data->info.device.find("H100"), std::string::npos) << data->info.device;
+  EXPECT_EQ(data->info.status, "finished");
+  EXPECT_EQ(data->rounds.size(), 43u);
+  ASSERT_GT(data->kernels.size(), 1000u);
+  std::map<std::string, int> by_name;
+  auto kernels = data->kernels;
+  std::sort(kernels.begin(), kernels.end(), [](const auto& a, const auto& b) { return a.start < b.start; });
+  int overlaps = 0;
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    const auto& k = kernels[i];
+    EXPECT_LT(k.start, k.end) << k.short_name;
+    ++by_name[k.short_name];
+    // CUPTI's timestamps of back-to-back kernels can overlap by a few tens of ns (up to 288 ns
+    // seen, after cuBLAS's GEMMs); a kernel that started early and waited would overlap by
+    // microseconds (the first recording, with programmatic launch, showed 3 us kernels as 25).
+    if (i > 0 && k.stream_id == kernels[i - 1].stream_id && k.start + 1000 < kernels[i - 1].end) ++overlaps;
+  }
+  EXPECT_EQ(overlaps, 0) << "kernels of one stream overlap: programmatic launch was on";
+  EXPECT_GT(by_name["skinny_kernel"], 100);
+  EXPECT_GT(by_name["attention_kernel"], 100);
 }
 
 }  // namespace
