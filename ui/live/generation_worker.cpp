@@ -2,6 +2,8 @@
 
 #include <QFileInfo>
 
+#include "engine/backend/cpu_backend.h"
+#include "engine/backend/cuda_backend.h"
 #include "engine/model/model_identity.h"
 #include "engine/sparse/sparse_setup.h"
 #include "engine/spec/drafters.h"
@@ -66,6 +68,7 @@ bool GenerationWorker::ensure_model(const QString& spec) {
   if (model_ && loaded_spec_ == spec) return true;
   emit status(tr("Loading %1 ...").arg(spec));
   engine_.reset();
+  engine_backend_.clear();
   model_.reset();
   if (!loaded_spec_.isEmpty()) {
     loaded_spec_.clear();
@@ -81,9 +84,37 @@ bool GenerationWorker::ensure_model(const QString& spec) {
     return false;
   }
   model_ = std::move(load.model);
-  engine_ = std::make_unique<SpeculativeEngine>(*model_, 0);
   loaded_spec_ = spec;
   emit modelChanged(spec);
+  return true;
+}
+
+bool GenerationWorker::ensure_engine(const QString& backend, const SparseConfig& sparse) {
+  // auto: the GPU when one is present and the run needs nothing only the CPU has (the CLI's rule,
+  // app/cli/commands.cpp engine_backend).
+  QString kind = backend;
+  if (kind == "auto") {
+    kind = cuda_gpu_available() && cuda_backend_supports(model_->config) && cuda_sparse_supported(sparse) ? "cuda"
+                                                                                                           : "cpu";
+  }
+  if (kind == "cuda") {
+    if (auto ok = cuda_sparse_supported(sparse); !ok) {
+      emit failed(tr("Backend: %1").arg(QString::fromStdString(ok.error().message)));
+      return false;
+    }
+  }
+  if (engine_ && engine_backend_ == kind) return true;
+  engine_.reset();
+  engine_backend_.clear();
+  BackendOptions options;
+  options.kind = kind.toStdString();
+  auto made = make_backend(*model_, options);
+  if (!made) {
+    emit failed(tr("Backend %1: %2").arg(kind, QString::fromStdString(made.error().message)));
+    return false;
+  }
+  engine_ = std::make_unique<SpeculativeEngine>(*model_, std::move(*made));
+  engine_backend_ = kind;
   return true;
 }
 
@@ -97,21 +128,6 @@ void GenerationWorker::run(const RunRequest& request) {
   const std::vector<int32_t> prompt = model_->tokenizer.encode_prompt(request.prompt.toStdString(), request.chat);
   if (prompt.empty()) {
     emit failed(tr("The prompt is empty."));
-    return;
-  }
-
-  std::unique_ptr<Drafter> drafter;
-  if (request.drafter == "ngram") {
-    drafter = make_ngram_drafter();
-  } else if (request.drafter == "layerskip") {
-    auto made = make_layerskip_drafter(*model_, request.layers.toStdString(), {0, request.options.kv_block_size});
-    if (!made) {
-      emit failed(tr("Layerskip drafter: %1").arg(QString::fromStdString(made.error().message)));
-      return;
-    }
-    drafter = std::move(*made);
-  } else if (request.drafter != "none") {
-    emit failed(tr("Unknown drafter '%1' (none, ngram or layerskip)").arg(request.drafter));
     return;
   }
 
@@ -131,6 +147,24 @@ void GenerationWorker::run(const RunRequest& request) {
     return;
   }
   options.sparse = std::move(*sparse);
+  if (!ensure_engine(request.backend, options.sparse)) return;
+
+  std::unique_ptr<Drafter> drafter;
+  if (request.drafter == "ngram") {
+    drafter = make_ngram_drafter();
+  } else if (request.drafter == "layerskip") {
+    auto made = make_layerskip_drafter(*model_, request.layers.toStdString(),
+                                       {0, request.options.kv_block_size, engine_backend_.toStdString()});
+    if (!made) {
+      emit failed(tr("Layerskip drafter: %1").arg(QString::fromStdString(made.error().message)));
+      return;
+    }
+    drafter = std::move(*made);
+  } else if (request.drafter != "none") {
+    emit failed(tr("Unknown drafter '%1' (none, ngram or layerskip)").arg(request.drafter));
+    return;
+  }
+
   auto labeler = std::make_shared<TokenLabeler>(this);
   FanOut fan_out;
   fan_out.attach(labeler);
@@ -151,10 +185,12 @@ void GenerationWorker::run(const RunRequest& request) {
                                    {"drafter", request.drafter.toStdString()},
                                    {"tree", request.drafter == "none" ? "none" : options.tree.to_string()},
                                    {"accept", options.accept},  {"prompt_tokens", prompt.size()},
-                                   {"backend", "cpu"},          {"sparse", options.sparse.to_json()}};
+                                   {"backend", engine_backend_.toStdString()},
+                                   {"sparse", options.sparse.to_json()}};
     options.session.config_json = config.dump();
     if (auto sha = model_sha256(model_->path)) options.session.model_sha256 = *sha;
-    options.session.device = cpu_model_name();
+    options.session.backend = engine_->backend().name();
+    options.session.device = engine_backend_ == "cpu" ? cpu_model_name() : engine_->backend().device();
     options.session.version = SPECULA_UI_VERSION;
   }
   options.observer = &fan_out;

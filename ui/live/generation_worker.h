@@ -24,6 +24,8 @@ struct RunRequest {
   QString tree = "chain:4";        // chain:K | static:B1,B2,... | dynamic:DEPTH,TOPK,TOTAL
   QString accept = "greedy";       // greedy | sample | cascade:TAU
   QString layers = "every-other";  // layerskip subset
+  QString backend = "auto";        // where the target runs: auto (the GPU when present and the run
+                                   // needs nothing CPU-only) | cpu | cuda; layerskip drafts beside it
   QString sparse = "strict";       // a preset of engine/sparse/sparse_config.h
   QString sparse_config;           // a sparse config JSON file; when set it replaces `sparse`
   QString session_path;            // record the run here (SQLite); empty = don't record
@@ -72,12 +74,16 @@ class GenerationWorker : public QObject {
 
  private:
   bool ensure_model(const QString& spec);
+  // The engine for `backend` (and the sparse settings, which decide auto); false after emitting
+  // failed() when the backend cannot run (no GPU, a model family the CUDA backend lacks).
+  bool ensure_engine(const QString& backend, const SparseConfig& sparse);
 
   std::atomic<bool> stop_requested_{false};
   // The last model stays loaded (weights packed once) so repeated runs skip the load.
   QString loaded_spec_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<SpeculativeEngine> engine_;
+  QString engine_backend_;  // the backend engine_ runs on ("cpu" | "cuda")
 };
 
 }  // namespace specula::ui

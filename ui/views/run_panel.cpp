@@ -63,10 +63,16 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
   model_edit_->setToolTip(tr("A .gguf file, a Hugging Face directory, or 'default' (SmolLM2-135M-Instruct)"));
   auto* open_file = new QPushButton(tr("GGUF..."));
   auto* open_dir = new QPushButton(tr("HF folder..."));
+  backend_ = new QComboBox;
+  backend_->addItems({"auto", "cpu", "cuda"});
+  backend_->setToolTip(tr("Where the model runs: auto takes the GPU when one is present and the run needs nothing "
+                          "only the CPU has; layerskip drafts run beside it"));
   auto* model_row = new QHBoxLayout;
   model_row->addWidget(model_edit_, 1);
   model_row->addWidget(open_file);
   model_row->addWidget(open_dir);
+  model_row->addWidget(new QLabel(tr("Backend")));
+  model_row->addWidget(backend_);
 
   drafter_ = new QComboBox;
   drafter_->addItems({"none", "ngram", "layerskip"});
@@ -257,6 +263,8 @@ RunPanel::~RunPanel() {
 void RunPanel::setModelSpec(const QString& spec) { model_edit_->setText(spec); }
 void RunPanel::setPrompt(const QString& prompt) { prompt_edit_->setPlainText(prompt); }
 void RunPanel::setDrafter(const QString& drafter) { drafter_->setCurrentText(drafter); }
+void RunPanel::setBackend(const QString& backend) { backend_->setCurrentText(backend); }
+QString RunPanel::backend() const { return backend_->currentText(); }
 void RunPanel::setTree(const QString& tree) { tree_edit_->setText(tree); }
 void RunPanel::setMaxTokens(int tokens) { max_tokens_->setValue(tokens); }
 void RunPanel::setChat(bool chat) { chat_box_->setChecked(chat); }
@@ -364,6 +372,7 @@ void RunPanel::startRun() {
   request.options.max_tokens = max_tokens_->value();
   request.options.sampling.temperature = static_cast<float>(temperature_->value());
   request.drafter = drafter_->currentText();
+  request.backend = backend_->currentText();
   request.tree = tree_edit_->text().trimmed();
   request.accept = accept_->currentText().trimmed();
   request.sparse = sparsePreset();

@@ -34,6 +34,7 @@ class RunPanel : public QWidget {
   void setModelSpec(const QString& spec);
   void setPrompt(const QString& prompt);
   void setDrafter(const QString& drafter);  // none | ngram | layerskip
+  void setBackend(const QString& backend);  // auto | cpu | cuda
   void setTree(const QString& tree);
   void setMaxTokens(int tokens);
   void setChat(bool chat);
@@ -41,6 +42,7 @@ class RunPanel : public QWidget {
   // ssv-approx), or a sparse config JSON file that replaces the preset (empty: use the preset).
   QString modelSpec() const;
   QString drafter() const;
+  QString backend() const;
   QString tree() const;
   QString prompt() const;
   QString acceptRule() const;  // greedy | sample | cascade:TAU
@@ -106,6 +108,7 @@ class RunPanel : public QWidget {
   GenerationWorker* worker_ = nullptr;
   QLineEdit* model_edit_ = nullptr;
   QComboBox* drafter_ = nullptr;
+  QComboBox* backend_ = nullptr;
   QLineEdit* tree_edit_ = nullptr;
   QComboBox* accept_ = nullptr;
   QComboBox* sparse_ = nullptr;

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "engine/backend/cuda_backend.h"
 #include "engine/model/loader.h"
 #include "profiler/session_store.h"
 
@@ -232,6 +233,35 @@ TEST(RunPanel, EngineRefusalsShowTheEngineErrorAndThePanelRunsAgain) {
 
   panel.setSparseConfigFile(QString());
   panel.setSparsePreset("sffn");
+  outcome = run_and_wait(panel, 60000);
+  ASSERT_TRUE(outcome.has_value());
+  EXPECT_TRUE(*outcome) << panel.lastError().toStdString();
+  EXPECT_TRUE(panel.lastError().isEmpty());
+}
+
+// The backend choice: cuda on a machine without a GPU is an error in the panel's dialog, not a
+// crash, and the same loaded model then runs on the CPU (auto resolves to it here).
+TEST(RunPanel, CudaWithoutAGpuIsAnErrorAndAutoRunsOnTheCpu) {
+  if (!have_default_model()) GTEST_SKIP() << "skipped: default model not downloaded";
+  if (cuda_gpu_available()) GTEST_SKIP() << "a GPU is present: the cuda choice would run (the GPU tests cover it)";
+  QTemporaryDir dir;
+  RunPanel panel;
+  panel.setSessionDirectory(dir.path());
+  panel.setChat(false);
+  panel.setMaxTokens(4);
+  panel.setPrompt("Hello there");
+  EXPECT_EQ(panel.backend(), "auto");
+  panel.setBackend("cuda");
+  auto outcome = run_and_wait(panel, 60000);
+  ASSERT_TRUE(outcome.has_value());
+  EXPECT_FALSE(*outcome);
+  EXPECT_TRUE(panel.lastError().startsWith("Backend cuda:")) << panel.lastError().toStdString();
+  EXPECT_TRUE(panel.lastError().contains("CUDA")) << panel.lastError().toStdString();
+  QMessageBox* dialog = error_dialog(panel);
+  ASSERT_NE(dialog, nullptr);
+  EXPECT_EQ(dialog->text(), panel.lastError());
+
+  panel.setBackend("auto");
   outcome = run_and_wait(panel, 60000);
   ASSERT_TRUE(outcome.has_value());
   EXPECT_TRUE(*outcome) << panel.lastError().toStdString();
