@@ -9,6 +9,7 @@
 #include "engine/spec/drafters.h"
 #include "engine/text/utf8_stream.h"
 #include "kernels/cpu/cpu_info.h"
+#include "profiler/cupti_capture.h"
 #include "profiler/recorder.h"
 #include "ui/live/model_load.h"
 
@@ -55,7 +56,7 @@ class TokenLabeler final : public Observer {
   bool speculative_ = false;
   bool bonus_ = false;
   int drafts_left_ = 0;
-  qint64 kv_read_ = 0;   // running totals over the rounds so far (bytes)
+  qint64 kv_read_ = 0;  // running totals over the rounds so far (bytes)
   qint64 kv_dense_ = 0;
 };
 
@@ -94,8 +95,8 @@ bool GenerationWorker::ensure_engine(const QString& backend, const SparseConfig&
   // app/cli/commands.cpp engine_backend).
   QString kind = backend;
   if (kind == "auto") {
-    kind = cuda_gpu_available() && cuda_backend_supports(model_->config) && cuda_sparse_supported(sparse) ? "cuda"
-                                                                                                           : "cpu";
+    kind =
+        cuda_gpu_available() && cuda_backend_supports(model_->config) && cuda_sparse_supported(sparse) ? "cuda" : "cpu";
   }
   if (kind == "cuda") {
     if (auto ok = cuda_sparse_supported(sparse); !ok) {
@@ -169,6 +170,7 @@ void GenerationWorker::run(const RunRequest& request) {
   FanOut fan_out;
   fan_out.attach(labeler);
   std::shared_ptr<profiler::Recorder> recorder;
+  std::unique_ptr<profiler::CuptiCapture> capture;  // GPU kernels, for a recorded CUDA run
   if (!request.session_path.isEmpty()) {
     profiler::RecorderOptions recorder_options;
     recorder_options.level = ObserveLevel::kSummary;
@@ -179,12 +181,15 @@ void GenerationWorker::run(const RunRequest& request) {
     }
     recorder = *created;
     fan_out.attach(recorder);
-    const nlohmann::json config = {{"command", "gui"},          {"model", request.model_spec.toStdString()},
-                                   {"chat", request.chat},      {"max_tokens", options.max_tokens},
+    const nlohmann::json config = {{"command", "gui"},
+                                   {"model", request.model_spec.toStdString()},
+                                   {"chat", request.chat},
+                                   {"max_tokens", options.max_tokens},
                                    {"temperature", options.sampling.temperature},
                                    {"drafter", request.drafter.toStdString()},
                                    {"tree", request.drafter == "none" ? "none" : options.tree.to_string()},
-                                   {"accept", options.accept},  {"prompt_tokens", prompt.size()},
+                                   {"accept", options.accept},
+                                   {"prompt_tokens", prompt.size()},
                                    {"backend", engine_backend_.toStdString()},
                                    {"sparse", options.sparse.to_json()}};
     options.session.config_json = config.dump();
@@ -192,6 +197,17 @@ void GenerationWorker::run(const RunRequest& request) {
     options.session.backend = engine_->backend().name();
     options.session.device = engine_backend_ == "cpu" ? cpu_model_name() : engine_->backend().device();
     options.session.version = SPECULA_UI_VERSION;
+    if (engine_backend_ == "cuda") {
+      // As the CLI's --record: kernel rows from CUPTI, launched without programmatic dependent
+      // launch so that each kernel's duration is its own (engine/backend/cuda_backend.h).
+      auto started = profiler::CuptiCapture::start(recorder);
+      if (started) {
+        capture = std::move(*started);
+        set_cuda_programmatic_launch(false);
+      } else {
+        emit status(tr("Recording without GPU kernels: %1").arg(QString::fromStdString(started.error().message)));
+      }
+    }
   }
   options.observer = &fan_out;
   emit status(tr("Generating (%1 prompt tokens) ...").arg(prompt.size()));
@@ -207,6 +223,12 @@ void GenerationWorker::run(const RunRequest& request) {
     }
     return !stop_requested_.load();
   });
+  if (capture) {
+    const Status stopped = capture->stop();
+    set_cuda_programmatic_launch(true);
+    // The run and its rounds stay recorded; only the kernel rows may be incomplete.
+    if (!stopped) emit status(tr("GPU kernel capture: %1").arg(QString::fromStdString(stopped.error().message)));
+  }
   if (recorder) {
     if (Status s = recorder->finish(); !s) {
       emit failed(tr("Recording: %1").arg(QString::fromStdString(s.error().message)));

@@ -28,10 +28,14 @@ namespace {
 // the palette's colour and only the background is tinted (at low alpha).
 QColor kind_colour(int kind) {
   switch (static_cast<TokenKind>(kind)) {
-    case TokenKind::kAcceptedDraft: return QColor(46, 160, 67, 70);   // green: the draft saved a pass
-    case TokenKind::kCorrection: return QColor(218, 54, 51, 60);      // red: the target overruled it
-    case TokenKind::kBonus: return QColor(56, 132, 255, 70);          // blue: free token after a full path
-    case TokenKind::kPlain: break;
+    case TokenKind::kAcceptedDraft:
+      return QColor(46, 160, 67, 70);  // green: the draft saved a pass
+    case TokenKind::kCorrection:
+      return QColor(218, 54, 51, 60);  // red: the target overruled it
+    case TokenKind::kBonus:
+      return QColor(56, 132, 255, 70);  // blue: free token after a full path
+    case TokenKind::kPlain:
+      break;
   }
   return QColor(0, 0, 0, 0);
 }
@@ -41,14 +45,10 @@ struct SparseChoice {
   const char* label;
 };
 constexpr SparseChoice kSparseChoices[] = {
-    {"strict", "strict (dense verification)"},
-    {"sa", "SA: sparse attention"},
-    {"sa-reuse", "SA with inter-layer reuse"},
-    {"sffn", "SFFN: sparse FFN"},
-    {"smoe", "SMoE: expert skipping (MoE models)"},
-    {"hybrid", "hybrid: SA with reuse + SFFN"},
-    {"ssv-exact", "SSV exact (group union)"},
-    {"ssv-approx", "SSV approximate (group shared)"},
+    {"strict", "strict (dense verification)"},      {"sa", "SA: sparse attention"},
+    {"sa-reuse", "SA with inter-layer reuse"},      {"sffn", "SFFN: sparse FFN"},
+    {"smoe", "SMoE: expert skipping (MoE models)"}, {"hybrid", "hybrid: SA with reuse + SFFN"},
+    {"ssv-exact", "SSV exact (group union)"},       {"ssv-approx", "SSV approximate (group shared)"},
 };
 
 QString mebibytes(qint64 bytes) { return QString::number(static_cast<double>(bytes) / (1024.0 * 1024.0), 'f', 2); }
@@ -65,8 +65,9 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
   auto* open_dir = new QPushButton(tr("HF folder..."));
   backend_ = new QComboBox;
   backend_->addItems({"auto", "cpu", "cuda"});
-  backend_->setToolTip(tr("Where the model runs: auto takes the GPU when one is present and the run needs nothing "
-                          "only the CPU has; layerskip drafts run beside it"));
+  backend_->setToolTip(
+      tr("Where the model runs: auto takes the GPU when one is present and the run needs nothing "
+         "only the CPU has; layerskip drafts run beside it"));
   auto* model_row = new QHBoxLayout;
   model_row->addWidget(model_edit_, 1);
   model_row->addWidget(open_file);
@@ -165,10 +166,11 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
 
   output_ = new QTextEdit;
   output_->setReadOnly(true);
-  auto* legend = new QLabel(tr("<span style='background:rgba(46,160,67,0.3)'>&nbsp;accepted draft&nbsp;</span> "
-                               "<span style='background:rgba(218,54,51,0.25)'>&nbsp;correction&nbsp;</span> "
-                               "<span style='background:rgba(56,132,255,0.3)'>&nbsp;bonus&nbsp;</span> "
-                               "&nbsp;plain step"));
+  auto* legend =
+      new QLabel(tr("<span style='background:rgba(46,160,67,0.3)'>&nbsp;accepted draft&nbsp;</span> "
+                    "<span style='background:rgba(218,54,51,0.25)'>&nbsp;correction&nbsp;</span> "
+                    "<span style='background:rgba(56,132,255,0.3)'>&nbsp;bonus&nbsp;</span> "
+                    "&nbsp;plain step"));
   session_label_ = new QLabel;
   session_label_->setTextInteractionFlags(Qt::TextSelectableByMouse);
 
@@ -234,7 +236,8 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
     cursor.movePosition(QTextCursor::End);
     QTextCharFormat format;
     format.setForeground(QColor(200, 40, 40));
-    cursor.insertText((output_->document()->isEmpty() ? QString() : QStringLiteral("\n")) + tr("Error: %1").arg(message), format);
+    cursor.insertText(
+        (output_->document()->isEmpty() ? QString() : QStringLiteral("\n")) + tr("Error: %1").arg(message), format);
     emit runFinished(false);
   });
   worker_thread_.start();
@@ -377,8 +380,9 @@ void RunPanel::startRun() {
   request.accept = accept_->currentText().trimmed();
   request.sparse = sparsePreset();
   request.sparse_config = sparse_file_;
-  request.session_path = QDir(session_dir_).filePath(
-      QStringLiteral("run-%1.sqlite").arg(QDateTime::currentDateTime().toString("yyyyMMdd-HHmmss-zzz")));
+  request.session_path =
+      QDir(session_dir_)
+          .filePath(QStringLiteral("run-%1.sqlite").arg(QDateTime::currentDateTime().toString("yyyyMMdd-HHmmss-zzz")));
   output_->clear();
   chars_by_kind_ = QVector<int>(4, 0);
   tokens_ = rounds_ = spec_rounds_ = accepted_sum_ = 0;
@@ -389,7 +393,8 @@ void RunPanel::startRun() {
   setRunning(true);
   load_bar_->setValue(0);
   worker_->clearStop();
-  QMetaObject::invokeMethod(worker_, [worker = worker_, request] { worker->run(request); }, Qt::QueuedConnection);
+  QMetaObject::invokeMethod(
+      worker_, [worker = worker_, request] { worker->run(request); }, Qt::QueuedConnection);
 }
 
 void RunPanel::stopRun() {
