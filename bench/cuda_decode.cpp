@@ -19,7 +19,6 @@
 // --synthetic NAME times random weights in a real model's shapes; the output says "synthetic".
 // Prints one JSON object (device, driver, commit, command, results); --out writes it too.
 #include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -51,9 +50,7 @@ struct RunResult {
   std::vector<int32_t> tokens;
 };
 
-int argmax(const std::vector<float>& v) {
-  return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin());
-}
+int argmax(const std::vector<float>& v) { return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin()); }
 
 // after_prefill (may be empty) runs between the prefill and the first decode step.
 specula::Expected<RunResult> run_once(specula::TransformerBackend& backend, const std::vector<int32_t>& prompt,
@@ -296,7 +293,8 @@ specula::Expected<nlohmann::json> time_long_verify(specula::CudaBackend& backend
       {"nodes", nodes},
       {"rows", T},
       {"tree", "pending token, then 6 x 3 x 2 nodes in BFS order, cut to --long-verify-nodes"},
-      {"kv_fill", "random bf16 K/V and their block min/max (bench-only hook cuda_fill_kv_random_for_bench), no prefill"},
+      {"kv_fill",
+       "random bf16 K/V and their block min/max (bench-only hook cuda_fill_kv_random_for_bench), no prefill"},
       {"seed", seed},
       {"eta", eta},
       {"dense_below", dense_below},
@@ -308,10 +306,12 @@ specula::Expected<nlohmann::json> time_long_verify(specula::CudaBackend& backend
       {"copy_bandwidth_GBps", copy_Bps / 1e9},
       {"weight_bytes", weight_bytes},
       {"kv_dense_bytes", kv_dense_bytes},
-      {"byte_floor_note", "(weight bytes + KV bytes the verify reads: bf16 K/V rows, f32 block min/max for scoring) / "
-                          "copy bandwidth; logits and activations not counted"},
-      {"timing", "host wall time of forward() (ends with the logits on the host), median of 20 after 3 warm-ups, "
-                 "rolled back after each; all_logits downloads T x vocab f32, last_logits computes and downloads one row"},
+      {"byte_floor_note",
+       "(weight bytes + KV bytes the verify reads: bf16 K/V rows, f32 block min/max for scoring) / "
+       "copy bandwidth; logits and activations not counted"},
+      {"timing",
+       "host wall time of forward() (ends with the logits on the host), median of 20 after 3 warm-ups, "
+       "rolled back after each; all_logits downloads T x vocab f32, last_logits computes and downloads one row"},
       {"verifies", rows},
       {"profiles", profiles}};
 }
@@ -409,7 +409,8 @@ int main(int argc, char** argv) {
   }
   const double weight_bytes = static_cast<double>(backend->weight_bytes_per_token());
   nlohmann::json results = {
-      {"model", synthetic.empty() ? backend->config().name : "synthetic " + synthetic + " (random weights, timing only)"},
+      {"model",
+       synthetic.empty() ? backend->config().name : "synthetic " + synthetic + " (random weights, timing only)"},
       {"synthetic", !synthetic.empty()},
       {"cuda_graphs", graphs},
       {"programmatic_dependent_launch", pdl},
@@ -420,8 +421,8 @@ int main(int argc, char** argv) {
       {"prefill_ms_runs", prefill_ms},
       {"weight_bytes_per_token", weight_bytes},
       {"weight_read_gb_per_s_median", weight_bytes * median(tps) / 1e9},
-      {"first_run_first_tokens", std::vector<int32_t>(first_tokens.begin(),
-                                                      first_tokens.begin() + std::min<size_t>(16, first_tokens.size()))}};
+      {"first_run_first_tokens",
+       std::vector<int32_t>(first_tokens.begin(), first_tokens.begin() + std::min<size_t>(16, first_tokens.size()))}};
 
   if (!verify_nodes.empty()) {
     // After the prompt: [pending, node 1..n] as a chain under its tree mask, every row's logits
@@ -458,12 +459,15 @@ int main(int argc, char** argv) {
         (*session)->rollback();
         if (r >= 5) ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
       }
-      nlohmann::json row = {{"nodes", n}, {"rows", T}, {"verify_ms_median", median(ms)},
+      nlohmann::json row = {{"nodes", n},
+                            {"rows", T},
+                            {"verify_ms_median", median(ms)},
                             {"over_decode_step", median(ms) * median(tps) / 1e3}};
       if (!profile_path.empty() && n == verify_nodes.front()) {
         // Where a verify's time goes: 10 verifies (and their rollbacks) under CUPTI.
         KernelProfile profile;
-        if (auto st = profile.begin(profile_path + ".verify_" + std::to_string(n)); !st) return fail(st.error().message);
+        if (auto st = profile.begin(profile_path + ".verify_" + std::to_string(n)); !st)
+          return fail(st.error().message);
         for (int r = 0; r < 10; ++r) {
           if (auto st = (*session)->forward(toks, tpos, &mask, all, specula::LogitRows::All); !st) {
             return fail(st.error().message);

@@ -1,15 +1,13 @@
 #include "app/cli/backend_commands.h"
 
 #include <cstdio>
-
-#include "app/cli/commands.h"
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "app/cli/commands.h"
 #include "engine/backend/backend_generate.h"
 #include "engine/backend/cuda_backend.h"
 #include "engine/model/loader.h"
@@ -142,7 +140,8 @@ int run_generate_on_backend(const GenerateArgs& args) {
   std::fwrite(rest.data(), 1, rest.size(), stdout);
   std::fputc('\n', stdout);
   std::fflush(stdout);
-  std::fprintf(stderr, "prefill: %d tokens, %.1f tokens/s | decode: %d tokens, %.1f tokens/s | cuda: %s%s, %.0f GB/s weights\n",
+  std::fprintf(stderr,
+               "prefill: %d tokens, %.1f tokens/s | decode: %d tokens, %.1f tokens/s | cuda: %s%s, %.0f GB/s weights\n",
                t.prefill_tokens, t.prefill_tokens_per_s(), t.decode_tokens, t.decode_tokens_per_s(),
                backend->device().c_str(), args.synthetic ? " (synthetic)" : "", weight_gb_s);
   return 0;

@@ -3,22 +3,21 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
-#include <map>
 #include <iterator>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "app/cli/backend_commands.h"
 #include "app/cli/record.h"
+#include "engine/backend/cuda_backend.h"
 #include "engine/generate.h"
 #include "engine/model/loader.h"
 #include "engine/model/model_identity.h"
 #include "engine/sparse/sparse_setup.h"
 #include "engine/spec/acceptance.h"
-#include "engine/backend/cuda_backend.h"
 #include "engine/spec/drafters.h"
 #include "engine/spec/speculative.h"
 #include "engine/text/utf8_stream.h"
@@ -49,12 +48,12 @@ void finish_stream(Utf8Stream& stream, const GenerateTimings& t) {
                t.prefill_tokens_per_s(), t.decode_tokens, t.decode_tokens_per_s());
 }
 
-
 Expected<std::string> read_prompt(const GenerateArgs& args) {
   if (args.prompt) return *args.prompt;
   const std::filesystem::path path = *args.prompt_file;
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) return make_error(path.string() + ": is a directory, expected a prompt file");
+  if (std::filesystem::is_directory(path, ec))
+    return make_error(path.string() + ": is a directory, expected a prompt file");
   std::ifstream in(path, std::ios::binary);
   if (!in) return make_error(path.string() + ": cannot open prompt file");
   return std::string(std::istreambuf_iterator<char>(in), {});
@@ -97,7 +96,8 @@ Status check_speculation_flags(const SpeculationArgs& spec, float temperature) {
     return make_error("--accept: " + rule.error().message);
   }
   if (spec.ngram_min > spec.ngram_n) {
-    return make_error("--ngram-min " + std::to_string(spec.ngram_min) + " is above --ngram-n " + std::to_string(spec.ngram_n));
+    return make_error("--ngram-min " + std::to_string(spec.ngram_min) + " is above --ngram-n " +
+                      std::to_string(spec.ngram_n));
   }
   return Status::success();
 }
@@ -190,7 +190,8 @@ Expected<std::unique_ptr<TransformerBackend>> engine_backend(const std::string& 
   if (kind == "auto") resolved = resolve_backend_kind("auto") == "cuda" && !cpu_only ? "cuda" : "cpu";
   if (resolved == "cuda") {
     if (precision != Precision::Default) {
-      return make_error("--precision int8 is a CPU option (the CUDA backend computes in bf16 and f32); use --backend cpu");
+      return make_error(
+          "--precision int8 is a CPU option (the CUDA backend computes in bf16 and f32); use --backend cpu");
     }
     if (auto ok = cuda_sparse_supported(sparse); !ok) return ok.error();
     if (!cuda_backend_supports(model.config)) {
@@ -279,7 +280,8 @@ int run_speculative(const GenerateArgs& args, const Model& model, std::span<cons
         {"sparse", options.sparse.to_json()},
     };
     if (recording) out["session"] = recording->path();
-    if (!result->lossless) out["speculative"]["warning"] = "lossy acceptance: the output does not follow the target distribution";
+    if (!result->lossless)
+      out["speculative"]["warning"] = "lossy acceptance: the output does not follow the target distribution";
     if (shadow) {
       nlohmann::json sh = {{"plain_tokens", shadow->tokens.size()},
                            {"plain_decode_tokens_per_s", shadow->timings.decode_tokens_per_s()},
@@ -311,7 +313,8 @@ int run_speculative(const GenerateArgs& args, const Model& model, std::span<cons
       std::fprintf(stderr, "shadow: no divergence from plain decoding over %zu tokens\n", result->tokens.size());
     } else {
       std::fprintf(stderr, "shadow: first divergence at token %lld: speculative %s, plain %s%s\n",
-                   static_cast<long long>(divergence->index), quoted_token(model, divergence->speculative_token).c_str(),
+                   static_cast<long long>(divergence->index),
+                   quoted_token(model, divergence->speculative_token).c_str(),
                    quoted_token(model, divergence->plain_token).c_str(),
                    comparable ? "" : " (sampling: plain and speculative runs draw differently)");
     }
@@ -386,8 +389,8 @@ namespace {
 
 // Spec-Bench reports the eight MT-bench categories as one.
 std::string specbench_category(const std::string& category) {
-  static const char* const kMtBench[] = {"writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem",
-                                         "humanities"};
+  static const char* const kMtBench[] = {"writing", "roleplay",   "reasoning", "math",
+                                         "coding",  "extraction", "stem",      "humanities"};
   return std::find(std::begin(kMtBench), std::end(kMtBench), category) != std::end(kMtBench) ? "mt_bench" : category;
 }
 
@@ -417,7 +420,8 @@ Expected<std::vector<BenchItem>> read_specbench(const std::string& path, int lim
 }
 
 int run_specbench(const SpecbenchArgs& args) {
-  if (args.spec.drafter == "none") return fail("specbench: --drafter none has nothing to compare; pick ngram, layerskip or model");
+  if (args.spec.drafter == "none")
+    return fail("specbench: --drafter none has nothing to compare; pick ngram, layerskip or model");
   if (auto ok = check_speculation_flags(args.spec, 0.0f); !ok) return fail(ok.error().message);
   auto items = read_specbench(args.data, args.limit);
   if (!items) return fail(items.error().message);
@@ -439,7 +443,7 @@ int run_specbench(const SpecbenchArgs& args) {
     double accepted_sum = 0;  // sum over speculative rounds of the accepted length
     double plain_seconds = 0, spec_seconds = 0;
     int plain_tokens = 0, spec_tokens = 0;
-    int mismatches = 0;       // items whose greedy outputs differ (a lossless run has none)
+    int mismatches = 0;  // items whose greedy outputs differ (a lossless run has none)
     nlohmann::json to_json() const {
       const double plain_tpot = plain_tokens > 0 ? plain_seconds / plain_tokens : 0;
       const double spec_tpot = spec_tokens > 0 ? spec_seconds / spec_tokens : 0;
@@ -464,9 +468,11 @@ int run_specbench(const SpecbenchArgs& args) {
     prompt.insert(prompt.end(), encoded.begin(), encoded.end());
     // Plain and speculative runs of the same prompt back to back, on the same packed weights.
     auto plain = engine.generate(prompt, nullptr, options, nullptr);
-    if (!plain) return fail("specbench item " + std::to_string(i + 1) + " (" + item.category + "): " + plain.error().message);
+    if (!plain)
+      return fail("specbench item " + std::to_string(i + 1) + " (" + item.category + "): " + plain.error().message);
     auto spec = engine.generate(prompt, drafter->get(), options, nullptr);
-    if (!spec) return fail("specbench item " + std::to_string(i + 1) + " (" + item.category + "): " + spec.error().message);
+    if (!spec)
+      return fail("specbench item " + std::to_string(i + 1) + " (" + item.category + "): " + spec.error().message);
     if (!categories.count(item.category)) order.push_back(item.category);
     for (Totals* t : {&categories[item.category], &overall}) {
       ++t->items;
@@ -511,7 +517,8 @@ int run_specbench(const SpecbenchArgs& args) {
   std::printf("specbench: %s on %s, drafter %s, tree %s, accept %s, %d tokens per item\n",
               model->path.filename().c_str(), engine.backend().device().c_str(), (*drafter)->name().c_str(),
               options.tree.to_string().c_str(), options.accept.c_str(), args.max_tokens);
-  std::printf("%-16s %6s %10s %12s %12s %8s\n", "category", "items", "accepted", "plain tok/s", "spec tok/s", "speedup");
+  std::printf("%-16s %6s %10s %12s %12s %8s\n", "category", "items", "accepted", "plain tok/s", "spec tok/s",
+              "speedup");
   auto row = [](const std::string& name, const nlohmann::json& j) {
     std::printf("%-16s %6d %10.2f %12.1f %12.1f %7.2fx\n", name.c_str(), j["items"].get<int>(),
                 j["mean_accepted_length"].get<double>(), j["plain_tokens_per_s"].get<double>(),
@@ -533,8 +540,10 @@ int run_tokenize(const std::string& spec, const std::string& text, bool parse_sp
   auto model = load(spec);
   if (!model) return fail(model.error().message);
   for (int32_t id : model->tokenizer.encode(text, parse_special)) {
-    std::printf("%d\t%s\n", id, nlohmann::json(model->tokenizer.token_bytes(id)).dump(-1, ' ', false,
-                                                       nlohmann::json::error_handler_t::replace).c_str());
+    std::printf("%d\t%s\n", id,
+                nlohmann::json(model->tokenizer.token_bytes(id))
+                    .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+                    .c_str());
   }
   return 0;
 }

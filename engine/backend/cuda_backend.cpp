@@ -107,10 +107,9 @@ Error cuda_error(const std::string& what, cudaError_t status) {
   return make_error("CUDA backend: " + what + " failed: " + cudaGetErrorString(status));
 }
 
-#define SPECULA_CUDA_TRY(expr, what)                               \
-  do {                                                             \
-    if (const cudaError_t status_ = (expr); status_ != cudaSuccess) \
-      return cuda_error(what, status_);                            \
+#define SPECULA_CUDA_TRY(expr, what)                                                                  \
+  do {                                                                                                \
+    if (const cudaError_t status_ = (expr); status_ != cudaSuccess) return cuda_error(what, status_); \
   } while (0)
 
 std::string gib(uint64_t bytes) {
@@ -140,7 +139,8 @@ class DeviceBuffer {
     n_ = 0;
     if (n == 0) return {};
     void* p = nullptr;
-    SPECULA_CUDA_TRY(cudaMalloc(&p, n * sizeof(T)), std::string("cudaMalloc of ") + what + " (" + gib(n * sizeof(T)) + ")");
+    SPECULA_CUDA_TRY(cudaMalloc(&p, n * sizeof(T)),
+                     std::string("cudaMalloc of ") + what + " (" + gib(n * sizeof(T)) + ")");
     ptr_ = static_cast<T*>(p);
     n_ = n;
     return {};
@@ -188,13 +188,13 @@ struct CudaBackend::Impl {
   DeviceBuffer<float> xn, att;     // projection inputs, f32 (kernels/cuda/skinny_gemm.h)
   DeviceBuffer<bf16_bits> x_bf16;  // a projection input split for cuBLAS (prefill): hi (T, K) then lo (T, K)
   DeviceBuffer<float> y_split;     // (2T, N): the hi and lo products of one stacked GEMM
-  DeviceBuffer<int32_t> ids;    // tokens (T), positions (T), step {committed, first_new}
-  DeviceBuffer<uint8_t> mask;   // (T, T)
+  DeviceBuffer<int32_t> ids;       // tokens (T), positions (T), step {committed, first_new}
+  DeviceBuffer<uint8_t> mask;      // (T, T)
   int64_t scratch_generation = 0;  // bumped when the scratch moves (captured graphs go stale)
   bool cuda_graphs = true;
   bool tree_attention_kernels = false;
-  int32_t* host_ids = nullptr;  // pinned staging: tokens (T), positions (T), step (committed, first_new)
-  uint8_t* host_mask = nullptr; // pinned, scratch_T²
+  int32_t* host_ids = nullptr;   // pinned staging: tokens (T), positions (T), step (committed, first_new)
+  uint8_t* host_mask = nullptr;  // pinned, scratch_T²
 
   ~Impl() {
     if (host_ids) cudaFreeHost(host_ids);
@@ -209,7 +209,8 @@ struct CudaBackend::Impl {
 
   Status init(int dev) {
     device = dev;
-    if (cuda::device_count() <= dev) return make_error("--backend cuda: no CUDA GPU found (" + cuda::no_device_reason() + ")");
+    if (cuda::device_count() <= dev)
+      return make_error("--backend cuda: no CUDA GPU found (" + cuda::no_device_reason() + ")");
     SPECULA_CUDA_TRY(cudaSetDevice(dev), "cudaSetDevice");
     cudaDeviceProp prop{};
     SPECULA_CUDA_TRY(cudaGetDeviceProperties(&prop, dev), "cudaGetDeviceProperties");
@@ -239,7 +240,8 @@ struct CudaBackend::Impl {
   }
 
   Status allocate_weights() {
-    if (auto ok = check_free_memory(weight_bytes_needed(), "the model (" + cfg.name + ", bf16 weights)"); !ok) return ok;
+    if (auto ok = check_free_memory(weight_bytes_needed(), "the model (" + cfg.name + ", bf16 weights)"); !ok)
+      return ok;
     layers.resize(static_cast<size_t>(cfg.n_layers));
     for (auto& L : layers) {
       if (auto ok = L.attn_norm.allocate(cfg.dim, "attn_norm"); !ok) return ok;
@@ -259,8 +261,8 @@ struct CudaBackend::Impl {
     }
     weight_bytes = 0;
     for (const auto& L : layers) {
-      weight_bytes += L.attn_norm.bytes() + L.ffn_norm.bytes() + L.qkv.bytes() + L.wo.bytes() + L.gate_up.bytes() +
-                      L.down.bytes();
+      weight_bytes +=
+          L.attn_norm.bytes() + L.ffn_norm.bytes() + L.qkv.bytes() + L.wo.bytes() + L.gate_up.bytes() + L.down.bytes();
     }
     weight_bytes += output_norm.bytes() + 2ull * cfg.vocab_size * cfg.dim;  // output projection
     return {};
@@ -278,7 +280,8 @@ struct CudaBackend::Impl {
       if (!res.ok) return make_error("CUDA backend: " + t.name + ": " + res.error);
       for (int64_t c = 0; c < cols; ++c) h[static_cast<size_t>(r * cols + c)] = to_bf16(f[static_cast<size_t>(c)]);
     }
-    SPECULA_CUDA_TRY(cudaMemcpy(dst + row0 * cols, h.data(), h.size() * 2, cudaMemcpyHostToDevice), "upload of " + t.name);
+    SPECULA_CUDA_TRY(cudaMemcpy(dst + row0 * cols, h.data(), h.size() * 2, cudaMemcpyHostToDevice),
+                     "upload of " + t.name);
     return {};
   }
 
@@ -325,8 +328,8 @@ struct CudaBackend::Impl {
     if (auto ok = allocate_weights(); !ok) return ok;
     uint64_t k = seed * 1000003ull;
     auto fill = [&](DeviceBuffer<bf16_bits>& b, int64_t fan_in) {
-      cuda::fill_uniform_bf16(b.get(), static_cast<int64_t>(b.size()), ++k, 1.0f / std::sqrt(static_cast<float>(fan_in)),
-                              stream);
+      cuda::fill_uniform_bf16(b.get(), static_cast<int64_t>(b.size()), ++k,
+                              1.0f / std::sqrt(static_cast<float>(fan_in)), stream);
     };
     for (auto& L : layers) {
       cuda::fill_f32(L.attn_norm.get(), cfg.dim, 1.0f, stream);
@@ -362,7 +365,8 @@ struct CudaBackend::Impl {
     if (host_mask) cudaFreeHost(host_mask);
     host_ids = nullptr;
     host_mask = nullptr;
-    SPECULA_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&host_ids), (2 * T + 2) * sizeof(int32_t)), "cudaMallocHost");
+    SPECULA_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&host_ids), (2 * T + 2) * sizeof(int32_t)),
+                     "cudaMallocHost");
     SPECULA_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&host_mask), T * T), "cudaMallocHost");
     scratch_T = T;
     ++scratch_generation;
@@ -394,11 +398,10 @@ struct CudaBackend::Impl {
     cuda::f32_to_bf16_split(X, T * K, hi, lo, stream);
     const float one = 1.0f, zero = 0.0f;
     auto cublas_gemm = [&](const bf16_bits* x, int64_t cols, float* y, int64_t ld, const float* beta) -> Status {
-      const cublasStatus_t st =
-          cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(cols),
-                       static_cast<int>(K), &one, W, CUDA_R_16BF, static_cast<int>(K), x, CUDA_R_16BF,
-                       static_cast<int>(K), beta, y, CUDA_R_32F, static_cast<int>(ld), CUBLAS_COMPUTE_32F,
-                       CUBLAS_GEMM_DEFAULT);
+      const cublasStatus_t st = cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N),
+                                             static_cast<int>(cols), static_cast<int>(K), &one, W, CUDA_R_16BF,
+                                             static_cast<int>(K), x, CUDA_R_16BF, static_cast<int>(K), beta, y,
+                                             CUDA_R_32F, static_cast<int>(ld), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
       if (st == CUBLAS_STATUS_SUCCESS) return {};
       return make_error("CUDA backend: cublasGemmEx (" + std::to_string(N) + "x" + std::to_string(K) + " by " +
                         std::to_string(cols) + " columns) failed: " + cublasGetStatusString(st));
@@ -416,7 +419,8 @@ struct CudaBackend::Impl {
   // skinny GEMM), else RMSNorm into xn and gemm(). X rows have stride K.
   Status gemm_norm(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t T, const float* gamma, float* Y,
                    int64_t ldy) {
-    if (cuda::skinny_gemm_pays(N, K, T) && cuda::skinny_gemm_norm(W, N, K, X, K, T, gamma, cfg.rms_eps, Y, ldy, stream)) {
+    if (cuda::skinny_gemm_pays(N, K, T) &&
+        cuda::skinny_gemm_norm(W, N, K, X, K, T, gamma, cfg.rms_eps, Y, ldy, stream)) {
       return {};
     }
     if (T <= cuda::kSkinnyTcMaxRows && N * K <= kTcMaxWeights &&
@@ -433,11 +437,10 @@ struct CudaBackend::Impl {
     const int64_t dim = cfg.dim, ffn = cfg.ffn_dim;
     // The fused gate_up + SwiGLU reads two weight rows per output: on SmolLM2 our f32 kernel beat
     // the tensor-core one up to 16 rows (11.6 against 17.8 us at 16, skinny_gemm_h100_2026-11-24).
-    const bool f32_pays = cuda::skinny_gemm_pays(2 * ffn, dim, T) ||
-                          (T <= cuda::kSkinnyTcMaxRows && 2 * ffn * dim <= kTcMaxWeights);
-    if (f32_pays &&
-        cuda::skinny_gemm_norm_swiglu(L.gate_up.get(), ffn, dim, X, dim, T, L.ffn_norm.get(), cfg.rms_eps, xn.get(), ffn,
-                                      stream)) {
+    const bool f32_pays =
+        cuda::skinny_gemm_pays(2 * ffn, dim, T) || (T <= cuda::kSkinnyTcMaxRows && 2 * ffn * dim <= kTcMaxWeights);
+    if (f32_pays && cuda::skinny_gemm_norm_swiglu(L.gate_up.get(), ffn, dim, X, dim, T, L.ffn_norm.get(), cfg.rms_eps,
+                                                  xn.get(), ffn, stream)) {
       return {};
     }
     if (T <= cuda::kSkinnyTcMaxRows && 2 * ffn * dim <= kTcMaxWeights &&
@@ -473,7 +476,8 @@ class CudaSession final : public BackendSession {
     // Decode steps and verifies (up to kMaxGraphRows tokens) split long contexts over blocks.
     split_ = cuda::attention_split_for(capacity_, c.head_dim);
     if (split_.splits > 1) {
-      if (auto ok = split_partial_.allocate(kMaxGraphRows * c.n_heads * split_.partial_floats_per_pair, "attention split");
+      if (auto ok =
+              split_partial_.allocate(kMaxGraphRows * c.n_heads * split_.partial_floats_per_pair, "attention split");
           !ok) {
         return ok;
       }
@@ -487,7 +491,8 @@ class CudaSession final : public BackendSession {
     // (prefix sharing, several sequences) can later hand out blocks in any order.
     std::vector<int32_t> table(static_cast<size_t>(n_blocks_));
     for (int64_t i = 0; i < n_blocks_; ++i) table[static_cast<size_t>(i)] = static_cast<int32_t>(i);
-    SPECULA_CUDA_TRY(cudaMemcpy(table_.get(), table.data(), table.size() * 4, cudaMemcpyHostToDevice), "block table upload");
+    SPECULA_CUDA_TRY(cudaMemcpy(table_.get(), table.data(), table.size() * 4, cudaMemcpyHostToDevice),
+                     "block table upload");
     for (int64_t l = 0; l < c.n_layers; ++l) {
       cuda::PagedKvLayer k;
       k.keys = keys_.get() + l * kv_per_layer;
@@ -584,9 +589,9 @@ class CudaSession final : public BackendSession {
     SPECULA_CUDA_TRY(cudaMemcpyAsync(logits.data(), b.logits.get(), n_out * V * 4, cudaMemcpyDeviceToHost, s),
                      "logits download");
     if (plan) {
-      SPECULA_CUDA_TRY(cudaMemcpyAsync(host_listed_rows_, listed_rows_.get(), sizeof(unsigned long long),
-                                       cudaMemcpyDeviceToHost, s),
-                       "sparse verify");
+      SPECULA_CUDA_TRY(
+          cudaMemcpyAsync(host_listed_rows_, listed_rows_.get(), sizeof(unsigned long long), cudaMemcpyDeviceToHost, s),
+          "sparse verify");
     }
     // The forward's one host synchronization: the logits must be on the host.
     SPECULA_CUDA_TRY(cudaStreamSynchronize(s), "forward");
@@ -645,7 +650,8 @@ class CudaSession final : public BackendSession {
         }
         if (host_rows_) cudaFreeHost(host_rows_);
         host_rows_ = nullptr;
-        SPECULA_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&host_rows_), 2 * n * sizeof(int32_t)), "cudaMallocHost");
+        SPECULA_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&host_rows_), 2 * n * sizeof(int32_t)),
+                         "cudaMallocHost");
         move_capacity_ = n;
       }
       // The staging buffer may still feed the last commit's copy if no forward (which waits for
@@ -655,10 +661,11 @@ class CudaSession final : public BackendSession {
         host_rows_[i] = static_cast<int32_t>(committed_ + keep_rows[static_cast<size_t>(i)]);
         host_rows_[n + i] = static_cast<int32_t>(committed_ + i);
       }
-      SPECULA_CUDA_TRY(cudaMemcpyAsync(move_rows_.get(), host_rows_, 2 * n * sizeof(int32_t), cudaMemcpyHostToDevice,
-                                       b_->stream),
-                       "commit");
-      if (!rows_uploaded_) SPECULA_CUDA_TRY(cudaEventCreateWithFlags(&rows_uploaded_, cudaEventDisableTiming), "commit");
+      SPECULA_CUDA_TRY(
+          cudaMemcpyAsync(move_rows_.get(), host_rows_, 2 * n * sizeof(int32_t), cudaMemcpyHostToDevice, b_->stream),
+          "commit");
+      if (!rows_uploaded_)
+        SPECULA_CUDA_TRY(cudaEventCreateWithFlags(&rows_uploaded_, cudaEventDisableTiming), "commit");
       SPECULA_CUDA_TRY(cudaEventRecord(rows_uploaded_, b_->stream), "commit");
       cuda::kv_move_rows_layers(layers_.front(), layer_strides_, move_rows_.get(), move_rows_.get() + n, n,
                                 move_scratch_.get(), b_->stream);
@@ -695,7 +702,7 @@ class CudaSession final : public BackendSession {
   struct SparsePlan {
     const SparseConfig* cfg = nullptr;  // null: every layer dense (tree_attention_kernels)
     const ForwardContext* context = nullptr;
-    bool fast = false;  // tree_attention_sparse/dense (16-token blocks, head_dim 128); else attention_at
+    bool fast = false;              // tree_attention_sparse/dense (16-token blocks, head_dim 128); else attention_at
     int64_t committed = 0, nb = 0;  // committed rows and blocks
     cuda::SelectParams sp;
     std::vector<int32_t> order;     // kernel node i = forward row order[i]
@@ -744,7 +751,8 @@ class CudaSession final : public BackendSession {
       p.order.assign(context->query_order.begin(), context->query_order.end());
       std::vector<bool> seen(static_cast<size_t>(T), false);
       for (int32_t r : p.order) {
-        if (r < 0 || r >= T || seen[static_cast<size_t>(r)]) return make_error("forward: query_order is not a permutation of the rows");
+        if (r < 0 || r >= T || seen[static_cast<size_t>(r)])
+          return make_error("forward: query_order is not a permutation of the rows");
         seen[static_cast<size_t>(r)] = true;
       }
     }
@@ -757,10 +765,18 @@ class CudaSession final : public BackendSession {
       p.sp.local_blocks = committed_ % B_ != 0 && cfg.local_blocks > 0 ? cfg.local_blocks - 1 : cfg.local_blocks;
       p.sp.group_size = cfg.group_size;
       switch (cfg.query_mode) {
-        case QueryMode::kFirst: p.sp.mode = cuda::QueryMode::kFirstQuery; break;
-        case QueryMode::kPerQuery: p.sp.mode = cuda::QueryMode::kPerQuery; break;
-        case QueryMode::kGroupUnion: p.sp.mode = cuda::QueryMode::kGroupUnion; break;
-        case QueryMode::kGroupShared: p.sp.mode = cuda::QueryMode::kGroupShared; break;
+        case QueryMode::kFirst:
+          p.sp.mode = cuda::QueryMode::kFirstQuery;
+          break;
+        case QueryMode::kPerQuery:
+          p.sp.mode = cuda::QueryMode::kPerQuery;
+          break;
+        case QueryMode::kGroupUnion:
+          p.sp.mode = cuda::QueryMode::kGroupUnion;
+          break;
+        case QueryMode::kGroupShared:
+          p.sp.mode = cuda::QueryMode::kGroupShared;
+          break;
       }
       p.sp.block_size = static_cast<int>(B_);
       p.sp.head_dim = static_cast<int>(c.head_dim);
@@ -775,8 +791,8 @@ class CudaSession final : public BackendSession {
       }
     }
     // Device buffers, grown to this verify's sizes.
-    cuda::TreeQueries tq{nullptr, nullptr, static_cast<int>(T), static_cast<int>(c.n_heads),
-                         static_cast<int>(committed_), 0.0f};
+    cuda::TreeQueries tq{
+        nullptr, nullptr, static_cast<int>(T), static_cast<int>(c.n_heads), static_cast<int>(committed_), 0.0f};
     const int kvh = static_cast<int>(c.n_kv_heads);
     size_t select_ws = 0, attn_ws = 0, list_entries = 0;
     if (sparse_active) {
@@ -813,7 +829,8 @@ class CudaSession final : public BackendSession {
     }
     // Synchronous copies from pageable memory: these buffers may still feed the previous
     // forward's kernels only if it had not returned, and forward() always waits for its logits.
-    SPECULA_CUDA_TRY(cudaMemcpy(order_dev_.get(), p.order.data(), size_t(T) * 4, cudaMemcpyHostToDevice), "row order upload");
+    SPECULA_CUDA_TRY(cudaMemcpy(order_dev_.get(), p.order.data(), size_t(T) * 4, cudaMemcpyHostToDevice),
+                     "row order upload");
     SPECULA_CUDA_TRY(cudaMemcpy(ancestors_dev_.get(), ancestors.data(), size_t(T) * 8, cudaMemcpyHostToDevice),
                      "ancestors upload");
     return {};
@@ -836,9 +853,14 @@ class CudaSession final : public BackendSession {
     pkv.v = kv.values;
     pkv.block_table = kv.block_table;
     pkv.kv_heads = kvh;
-    const cuda::TreeQueries tq{sparse_q_.get(), ancestors_dev_.get(), static_cast<int>(T), static_cast<int>(c.n_heads),
-                               static_cast<int>(p.committed), scale};
-    if (p.fast || (!dense && !reuse)) cuda::q_rows_to_bf16(b.qkv.get(), ld, T, qd, order_dev_.get(), sparse_q_.get(), s);
+    const cuda::TreeQueries tq{sparse_q_.get(),
+                               ancestors_dev_.get(),
+                               static_cast<int>(T),
+                               static_cast<int>(c.n_heads),
+                               static_cast<int>(p.committed),
+                               scale};
+    if (p.fast || (!dense && !reuse))
+      cuda::q_rows_to_bf16(b.qkv.get(), ld, T, qd, order_dev_.get(), sparse_q_.get(), s);
     std::string error;
     const auto failed = [&](const char* what) {
       return make_error("CUDA backend: layer " + std::to_string(l) + " " + what + ": " + error);
@@ -871,7 +893,8 @@ class CudaSession final : public BackendSession {
     }
     cuda::add_listed_rows(lists_, kvh, p.committed, static_cast<int>(B_), listed_rows_.get(), s);
     if (p.fast) {
-      if (!cuda::tree_attention_sparse(pkv, tq, lists_, sparse_out_.get(), attn_ws_.get(), attn_ws_.size(), s, &error)) {
+      if (!cuda::tree_attention_sparse(pkv, tq, lists_, sparse_out_.get(), attn_ws_.get(), attn_ws_.size(), s,
+                                       &error)) {
         return failed("sparse tree attention");
       }
       cuda::rows_bf16_to_f32(sparse_out_.get(), T, qd, order_dev_.get(), b.att.get(), s);
@@ -905,13 +928,15 @@ class CudaSession final : public BackendSession {
         p.blocks.resize(entries);
         p.members.resize(entries);
         p.counts.resize(size_t(lists_.groups) * H);
-        SPECULA_CUDA_TRY(cudaMemcpyAsync(p.blocks.data(), lists_.blocks, entries * 4, cudaMemcpyDeviceToHost, b_->stream),
-                         "block lists download");
-        SPECULA_CUDA_TRY(cudaMemcpyAsync(p.members.data(), lists_.members, entries * 8, cudaMemcpyDeviceToHost, b_->stream),
-                         "block lists download");
-        SPECULA_CUDA_TRY(cudaMemcpyAsync(p.counts.data(), lists_.counts, p.counts.size() * 4, cudaMemcpyDeviceToHost,
-                                         b_->stream),
-                         "block lists download");
+        SPECULA_CUDA_TRY(
+            cudaMemcpyAsync(p.blocks.data(), lists_.blocks, entries * 4, cudaMemcpyDeviceToHost, b_->stream),
+            "block lists download");
+        SPECULA_CUDA_TRY(
+            cudaMemcpyAsync(p.members.data(), lists_.members, entries * 8, cudaMemcpyDeviceToHost, b_->stream),
+            "block lists download");
+        SPECULA_CUDA_TRY(
+            cudaMemcpyAsync(p.counts.data(), lists_.counts, p.counts.size() * 4, cudaMemcpyDeviceToHost, b_->stream),
+            "block lists download");
         SPECULA_CUDA_TRY(cudaStreamSynchronize(b_->stream), "block lists download");
         p.lists_on_host = true;
       }
@@ -995,8 +1020,8 @@ class CudaSession final : public BackendSession {
         cuda::rope_append_decode_at(b.qkv.get(), c.n_heads, c.n_kv_heads, c.head_dim, pos_dev, c.rope_theta, adjacent,
                                     kv, qd + kvd, step_dev, s);
       } else {
-        cuda::rope_append_at(b.qkv.get(), ld, T, c.n_heads, c.n_kv_heads, c.head_dim, pos_dev, c.rope_theta, adjacent, kv,
-                             qd + kvd, step_dev, s);
+        cuda::rope_append_at(b.qkv.get(), ld, T, c.n_heads, c.n_kv_heads, c.head_dim, pos_dev, c.rope_theta, adjacent,
+                             kv, qd + kvd, step_dev, s);
       }
       if (plan) {
         if (auto ok = planned_attention(*plan, static_cast<int>(l), kv, T, mask_dev, step_dev); !ok) return ok;
@@ -1058,7 +1083,8 @@ class CudaSession final : public BackendSession {
     }
     if (!launched) {
       return make_error("sparse FFN: the kernels refused layer " + std::to_string(l) + " (dim " + std::to_string(dim) +
-                        ", ffn " + std::to_string(F) + ", " + std::to_string(T) + " rows; both must be multiples of 8)");
+                        ", ffn " + std::to_string(F) + ", " + std::to_string(T) +
+                        " rows; both must be multiples of 8)");
     }
     SPECULA_CUDA_TRY(cudaMemcpyAsync(host_ffn_counts_ + 2 * l, scratch.counts, 2 * sizeof(int32_t),
                                      cudaMemcpyDeviceToHost, b.stream),
@@ -1120,13 +1146,13 @@ class CudaSession final : public BackendSession {
 
   CudaBackend::Impl* b_;
   std::map<int64_t, cudaGraphExec_t> graphs_;  // by shape key (launch_graph)
-  cuda::AttentionSplit split_;                  // attention over long contexts (init())
-  cuda::KvLayerStrides layer_strides_;          // layers_[l] = layers_[0] + l strides
+  cuda::AttentionSplit split_;                 // attention over long contexts (init())
+  cuda::KvLayerStrides layer_strides_;         // layers_[l] = layers_[0] + l strides
   DeviceBuffer<float> split_partial_;
   DeviceBuffer<int32_t> split_counters_;
-  int32_t* host_rows_ = nullptr;               // pinned staging of commit()'s row moves (from, to)
-  int64_t move_capacity_ = 0;                  // rows move_rows_, move_scratch_ and host_rows_ hold
-  cudaEvent_t rows_uploaded_ = nullptr;        // the last commit's staging copy
+  int32_t* host_rows_ = nullptr;         // pinned staging of commit()'s row moves (from, to)
+  int64_t move_capacity_ = 0;            // rows move_rows_, move_scratch_ and host_rows_ hold
+  cudaEvent_t rows_uploaded_ = nullptr;  // the last commit's staging copy
   int64_t graph_generation_ = -1;
   int64_t B_;
   int64_t capacity_;
@@ -1160,7 +1186,8 @@ uint64_t CudaBackend::weight_bytes_per_token() const { return impl_->weight_byte
 uint64_t CudaBackend::device_bytes() const {
   uint64_t total = impl_->embd.bytes() + impl_->output_own.bytes() + impl_->output_norm.bytes();
   for (const auto& L : impl_->layers) {
-    total += L.attn_norm.bytes() + L.ffn_norm.bytes() + L.qkv.bytes() + L.wo.bytes() + L.gate_up.bytes() + L.down.bytes();
+    total +=
+        L.attn_norm.bytes() + L.ffn_norm.bytes() + L.qkv.bytes() + L.wo.bytes() + L.gate_up.bytes() + L.down.bytes();
   }
   return total;
 }

@@ -66,7 +66,7 @@ class CudaBackend : public TransformerBackend {
  private:
   friend Expected<std::unique_ptr<CudaBackend>> make_cuda_backend(const Model&, const CudaBackendOptions&);
   friend Expected<std::unique_ptr<CudaBackend>> make_synthetic_cuda_backend(const ModelConfig&, uint64_t,
-                                                                             const CudaBackendOptions&);
+                                                                            const CudaBackendOptions&);
   CudaBackend();
   std::unique_ptr<Impl> impl_;
 };

@@ -19,7 +19,8 @@ class BackendSession {
   // token sees the committed rows and the new tokens `mask` allows (nullptr = causal).
   // logits: (n, vocab) for LogitRows::All, (vocab) for Last. Same contract as
   // CpuTransformer::forward.
-  virtual Status forward(std::span<const int32_t> tokens, std::span<const int32_t> positions, const AttentionMask* mask, std::span<float> logits, LogitRows rows, const ForwardContext* context = nullptr) = 0;
+  virtual Status forward(std::span<const int32_t> tokens, std::span<const int32_t> positions, const AttentionMask* mask,
+                         std::span<float> logits, LogitRows rows, const ForwardContext* context = nullptr) = 0;
   // Keeps provisional rows keep_rows[0], keep_rows[1], ... (relative to the first provisional
   // row) as the next committed rows; drops the rest.
   virtual Status commit(std::span<const int> keep_rows) = 0;
@@ -33,15 +34,15 @@ class TransformerBackend {
  public:
   virtual ~TransformerBackend() = default;
   virtual const ModelConfig& config() const = 0;
-  virtual std::string name() const = 0;      // "cpu" | "cuda"
-  virtual std::string device() const = 0;    // "CPU (N threads)" | "NVIDIA H100 80GB HBM3"
+  virtual std::string name() const = 0;    // "cpu" | "cuda"
+  virtual std::string device() const = 0;  // "CPU (N threads)" | "NVIDIA H100 80GB HBM3"
   // capacity: max rows of the session's KV cache (0 = the model's context length).
   virtual Expected<std::unique_ptr<BackendSession>> start(int block_size, int64_t capacity) = 0;
 };
 
 struct BackendOptions {
-  std::string kind = "auto";  // auto | cpu | cuda; auto = cuda when built with CUDA and a GPU is present
-  int threads = 0;            // CPU backend
+  std::string kind = "auto";                 // auto | cpu | cuda; auto = cuda when built with CUDA and a GPU is present
+  int threads = 0;                           // CPU backend
   Precision precision = Precision::Default;  // CPU backend
 };
 

@@ -7,19 +7,20 @@
 //                emits one token weighs no more than its share of the time)
 //   plain        ms of one plain decode step (one token)
 // Speculation pays while speculative < plain · margin. The first decode step is plain, to learn
-// the plain cost (after plain_warmup unmeasured ones). After `warmup` speculative rounds that do not pay, it falls back to plain
-// decoding for `probe_after` steps (re-measuring the plain cost), then returns to speculation to
-// probe; a failed probe doubles the wait (up to max_probe_after), a paying one resets it.
+// the plain cost (after plain_warmup unmeasured ones). After `warmup` speculative rounds that do
+// not pay, it falls back to plain decoding for `probe_after` steps (re-measuring the plain cost),
+// then returns to speculation to probe; a failed probe doubles the wait (up to max_probe_after),
+// a paying one resets it.
 #include <cstdint>
 
 namespace specula {
 
 struct ControllerOptions {
-  bool enabled = true;        // false: always speculate
-  double margin = 1.0;        // speculation must cost below plain · margin per token
-  double smoothing = 0.3;     // weight of the newest measurement in the averages
-  int warmup = 3;             // speculative rounds in a stint before judging it
-  int probe_after = 8;        // plain steps before speculating again
+  bool enabled = true;     // false: always speculate
+  double margin = 1.0;     // speculation must cost below plain · margin per token
+  double smoothing = 0.3;  // weight of the newest measurement in the averages
+  int warmup = 3;          // speculative rounds in a stint before judging it
+  int probe_after = 8;     // plain steps before speculating again
   int max_probe_after = 128;
   // Plain steps run first but not measured: their time holds one-time costs (on the CUDA backend
   // the first decode step of a session captures its CUDA graph, several times a replayed step),
@@ -47,13 +48,13 @@ class BreakEvenController {
   ControllerOptions options_;
   bool speculating_ = true;
   double plain_ms_ = 0;
-  double spec_ms_ = 0;        // spec_round_ms_ / spec_round_tokens_
-  double spec_round_ms_ = 0;  // EMA of draft + verify ms per speculative round
+  double spec_ms_ = 0;            // spec_round_ms_ / spec_round_tokens_
+  double spec_round_ms_ = 0;      // EMA of draft + verify ms per speculative round
   double spec_round_tokens_ = 0;  // EMA of tokens emitted per speculative round
-  int stint_rounds_ = 0;  // speculative rounds since the last (re)start
-  int plain_left_ = 0;    // plain steps before the next probe
-  int wait_;              // current probe_after (backs off)
-  int warmup_left_ = 0;   // plain steps still to skip before measuring
+  int stint_rounds_ = 0;          // speculative rounds since the last (re)start
+  int plain_left_ = 0;            // plain steps before the next probe
+  int wait_;                      // current probe_after (backs off)
+  int warmup_left_ = 0;           // plain steps still to skip before measuring
   int fallbacks_ = 0;
   int returns_ = 0;
 };

@@ -43,7 +43,8 @@ class NgramDrafter final : public Drafter {
     // path; the builder asks for parents before children, so a prefix is always known.
     std::map<std::vector<int32_t>, double> path_confidence;
     const DraftDistributionFn lookup = [&](std::span<const int32_t> prefix) -> Expected<DraftDistribution> {
-      if (options_.max_length > 0 && static_cast<int>(prefix.size()) >= options_.max_length) return DraftDistribution(1, 0.0f);
+      if (options_.max_length > 0 && static_cast<int>(prefix.size()) >= options_.max_length)
+        return DraftDistribution(1, 0.0f);
       context.resize(base);
       context.insert(context.end(), prefix.begin(), prefix.end());
       int match_length = 0;
@@ -79,7 +80,8 @@ class NgramDrafter final : public Drafter {
       const auto suffix = context.subspan(static_cast<size_t>(len - n));
       std::vector<int32_t> next;
       for (int64_t i = 0; i + n < len; ++i) {  // occurrence context[i, i+n) followed by context[i+n]
-        if (std::equal(suffix.begin(), suffix.end(), context.begin() + i)) next.push_back(context[static_cast<size_t>(i + n)]);
+        if (std::equal(suffix.begin(), suffix.end(), context.begin() + i))
+          next.push_back(context[static_cast<size_t>(i + n)]);
       }
       if (next.empty()) continue;
       // Counts first, one division each: summing 1/k k times in float can exceed 1.
@@ -174,8 +176,8 @@ class TransformerDrafter final : public Drafter {
   std::unique_ptr<BackendSession> session_;      // the draft KV cache
   int kv_block_size_;
   int64_t context_;
-  bool restart_ = false;       // session_ holds rows of an earlier sequence
-  std::vector<int32_t> seen_;  // the sequence tokens session_ holds, all committed
+  bool restart_ = false;            // session_ holds rows of an earlier sequence
+  std::vector<int32_t> seen_;       // the sequence tokens session_ holds, all committed
   std::vector<float> logits_;       // (vocab) scratch
   std::vector<float> root_logits_;  // (vocab) after seen_.back()
   DrafterStats stats_;
@@ -248,7 +250,8 @@ Expected<std::vector<int>> parse_layer_subset(std::string_view spec, int64_t n_l
       begin = comma + 1;
     }
     std::sort(layers.begin(), layers.end());
-    if (std::adjacent_find(layers.begin(), layers.end()) != layers.end()) return make_error(where + ": a layer is listed twice");
+    if (std::adjacent_find(layers.begin(), layers.end()) != layers.end())
+      return make_error(where + ": a layer is listed twice");
   } else {
     return make_error(where + ": unknown form" + expected);
   }
@@ -280,7 +283,8 @@ Status check_same_tokenizer(const Model& target, const Model& draft) {
   if (tv != dv || target.config.vocab_size != draft.config.vocab_size) {
     return make_error(who + " have different vocabularies (" + std::to_string(dv) + " vs " + std::to_string(tv) +
                       " tokens, " + std::to_string(draft.config.vocab_size) + " vs " +
-                      std::to_string(target.config.vocab_size) + " logits); a draft model must share the target's tokenizer");
+                      std::to_string(target.config.vocab_size) +
+                      " logits); a draft model must share the target's tokenizer");
   }
   for (int32_t id = 0; id < tv; ++id) {
     if (target.tokenizer.token_bytes(id) != draft.tokenizer.token_bytes(id)) {

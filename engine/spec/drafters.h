@@ -40,9 +40,9 @@ struct DraftRequest {
 };
 
 struct DrafterStats {
-  int64_t draft_forwards = 0;      // forward passes of a draft transformer (0 for ngram)
-  int64_t draft_tokens = 0;        // tokens those passes processed
-  int64_t rollback_tokens = 0;     // provisional draft-KV rows discarded
+  int64_t draft_forwards = 0;   // forward passes of a draft transformer (0 for ngram)
+  int64_t draft_tokens = 0;     // tokens those passes processed
+  int64_t rollback_tokens = 0;  // provisional draft-KV rows discarded
 };
 
 class Drafter {
@@ -84,8 +84,8 @@ Expected<std::vector<int>> parse_layer_subset(std::string_view spec, int64_t n_l
 // forward stays on the GPU; drafting on the CPU for a GPU target pays a CPU forward per draft
 // token, more than the GPU verify it saves.
 struct DrafterPlacement {
-  int threads = 0;             // CPU backend: as CpuTransformerOptions (0 = all cores)
-  int kv_block_size = 16;      // the draft KV cache's block size
+  int threads = 0;              // CPU backend: as CpuTransformerOptions (0 = all cores)
+  int kv_block_size = 16;       // the draft KV cache's block size
   std::string backend = "cpu";  // cpu | cuda | auto (as BackendOptions::kind)
 };
 

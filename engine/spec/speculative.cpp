@@ -60,8 +60,8 @@ void observe_controller(Observer* observer, int64_t round, const BreakEvenContro
                                  {"speculative_ms_per_token", controller.speculative_ms_per_token()},
                                  {"fallbacks", fallbacks},
                                  {"returns", returns}};
-  observer->on_event(DecisionEvent{round, observer_now_ns(), "controller", fell_back ? "fallback" : "resume",
-                                   detail.dump()});
+  observer->on_event(
+      DecisionEvent{round, observer_now_ns(), "controller", fell_back ? "fallback" : "resume", detail.dump()});
 }
 
 }  // namespace
@@ -165,7 +165,8 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
     return make_error("prompt has " + std::to_string(n_prompt) + " tokens, context is " +
                       std::to_string(cfg.context_length));
   }
-  if (options.max_tokens < 0) return make_error("generate: max_tokens " + std::to_string(options.max_tokens) + " is negative");
+  if (options.max_tokens < 0)
+    return make_error("generate: max_tokens " + std::to_string(options.max_tokens) + " is negative");
   auto rule = make_acceptance_rule(options.accept);
   if (!rule) return rule.error();
   const int max_nodes = drafter ? options.tree.max_nodes() : 0;
@@ -204,9 +205,9 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
 
   const int64_t max_new = std::min<int64_t>(options.max_tokens, cfg.context_length - n_prompt + 1);
   const int64_t capacity = std::min(cfg.context_length, n_prompt + max_new + max_nodes + 1);
-  auto session = backend_->start(options.kv_block_size, capacity);
-  if (!session) return session.error();
-  BackendSession& kv = **session;
+  auto started = backend_->start(options.kv_block_size, capacity);
+  if (!started) return started.error();
+  BackendSession& kv = **started;  // the target's KV cache for this sequence
   if (drafter) drafter->reset();
   const int64_t draft_rollback_before = drafter ? drafter->stats().rollback_tokens : 0;
   ControllerOptions controller_options = options.controller;
@@ -229,9 +230,9 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
     SessionStartEvent session = options.session;
     session.time_ns = observer_now_ns();
     if (session.wall_time_ns == 0) {
-      session.wall_time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                 std::chrono::system_clock::now().time_since_epoch())
-                                 .count();
+      session.wall_time_ns =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+              .count();
     }
     if (session.model_name.empty()) session.model_name = cfg.name;
     if (session.architecture.empty()) session.architecture = cfg.architecture;

@@ -37,8 +37,8 @@ struct SpeculativeOptions {
   SamplingParams sampling;
   int kv_block_size = 16;
   bool stop_at_eos = true;
-  TreeShape tree;                  // default: chain:4
-  std::string accept = "greedy";   // "greedy" | "sample" | "cascade:T"
+  TreeShape tree;                 // default: chain:4
+  std::string accept = "greedy";  // "greedy" | "sample" | "cascade:T"
   ControllerOptions controller;
   // Receives the run's events (session, prefill, rounds, trees, acceptance, commits, decisions,
   // phase spans); null = none. Must outlive generate(). `session` is the SessionStartEvent the
@@ -57,9 +57,9 @@ struct SpeculativeResult {
   std::string text;
   GenerateTimings timings;
   bool stopped_by_eos = false;
-  std::string acceptance;        // the rule's name
-  bool lossless = true;          // false for cascade: the output does not follow the target
-  std::string drafter;           // drafter name, "none" for plain decoding
+  std::string acceptance;  // the rule's name
+  bool lossless = true;    // false for cascade: the output does not follow the target
+  std::string drafter;     // drafter name, "none" for plain decoding
   std::vector<RoundRecord> rounds;
   SpeculativeMetrics metrics;
 };

@@ -28,10 +28,22 @@ Shape make_shape(const TreeQueries& tq, const SelectParams& sp) {
   s.take = std::min(s.nblocks, s.forced + std::max(0, sp.top_k));
   const int gs = std::max(1, std::min(sp.group_size, tq.nodes));
   switch (sp.mode) {
-    case QueryMode::kPerQuery: s.group_size = 1; s.stride = 1; break;
-    case QueryMode::kFirstQuery: s.group_size = tq.nodes; s.stride = tq.nodes; break;
-    case QueryMode::kGroupUnion: s.group_size = gs; s.stride = 1; break;
-    case QueryMode::kGroupShared: s.group_size = gs; s.stride = gs; break;
+    case QueryMode::kPerQuery:
+      s.group_size = 1;
+      s.stride = 1;
+      break;
+    case QueryMode::kFirstQuery:
+      s.group_size = tq.nodes;
+      s.stride = tq.nodes;
+      break;
+    case QueryMode::kGroupUnion:
+      s.group_size = gs;
+      s.stride = 1;
+      break;
+    case QueryMode::kGroupShared:
+      s.group_size = gs;
+      s.stride = gs;
+      break;
   }
   s.groups = (tq.nodes + s.group_size - 1) / s.group_size;
   s.selectors = (tq.nodes + s.stride - 1) / s.stride;
@@ -40,10 +52,10 @@ Shape make_shape(const TreeQueries& tq, const SelectParams& sp) {
   return s;
 }
 
-
 // 16 bytes of metadata as floats: 4 f32 or 8 bf16.
 __device__ __forceinline__ void unpack16(const uint4& v, const float*, float* out) {
-  out[0] = __uint_as_float(v.x), out[1] = __uint_as_float(v.y), out[2] = __uint_as_float(v.z), out[3] = __uint_as_float(v.w);
+  out[0] = __uint_as_float(v.x), out[1] = __uint_as_float(v.y), out[2] = __uint_as_float(v.z),
+  out[3] = __uint_as_float(v.w);
 }
 __device__ __forceinline__ void unpack16(const uint4& v, const __nv_bfloat16*, float* out) {
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};
@@ -64,12 +76,13 @@ constexpr int kScoreThreads = 256;
 // bench/results/cuda_verify_8b_64k_profile_h100_2026-11-24.json). Rows are 16-byte aligned:
 // kD * sizeof(Meta) is a multiple of 128.
 template <int kD, class Meta>
-__global__ void __launch_bounds__(kScoreThreads) quest_score_kernel(
-    const __nv_bfloat16* __restrict__ q, const Meta* __restrict__ bmin, const Meta* __restrict__ bmax,
-    const int32_t* __restrict__ block_table, int kv_heads, int q_heads, int selectors, int stride, int nblocks,
-    int sink_blocks, int first_forced, float* scores) {
+__global__ void __launch_bounds__(kScoreThreads)
+    quest_score_kernel(const __nv_bfloat16* __restrict__ q, const Meta* __restrict__ bmin,
+                       const Meta* __restrict__ bmax, const int32_t* __restrict__ block_table, int kv_heads,
+                       int q_heads, int selectors, int stride, int nblocks, int sink_blocks, int first_forced,
+                       float* scores) {
   constexpr int kVec = 16 / static_cast<int>(sizeof(Meta));  // values per 16-byte load
-  constexpr int kRowChunks = kD / kVec;                       // loads per (min|max, block) row
+  constexpr int kRowChunks = kD / kVec;                      // loads per (min|max, block) row
   constexpr int kChunks = kScoreBlocks * 2 * kRowChunks;
   constexpr int kPerThread = (kChunks + kScoreThreads - 1) / kScoreThreads;
   __shared__ float meta[2][kScoreBlocks][kD + 1];
@@ -131,8 +144,8 @@ __device__ __forceinline__ uint32_t order_key(float f) {
 // still needed. A compaction in block order then keeps every larger key and the first `need`
 // equal ones. Reads the scores once from memory (the segment lives in shared memory), where the
 // segmented radix sort it replaces moved keys and ids through memory on every one of its passes.
-__global__ void __launch_bounds__(kSelectThreads) top_k_select_kernel(const float* __restrict__ scores, int nblocks,
-                                                                       int take, int32_t* __restrict__ chosen) {
+__global__ void __launch_bounds__(kSelectThreads)
+    top_k_select_kernel(const float* __restrict__ scores, int nblocks, int take, int32_t* __restrict__ chosen) {
   extern __shared__ uint32_t keys[];  // [nblocks]
   __shared__ uint32_t hist[256];
   __shared__ uint32_t s_prefix;
@@ -222,10 +235,10 @@ __global__ void __launch_bounds__(kSelectThreads) top_k_select_kernel(const floa
 // after the warps before it (bench/results/cuda_verify_8b_64k_profile_h100_2026-11-24.json: 57 us
 // a layer at 64K with one warp compacting and every node's ids read apart; 53 us with the warps
 // alone, cuda_verify_8b_64k_v2_h100_2026-11-24.json).
-__global__ void __launch_bounds__(kListThreads) build_lists_kernel(const int32_t* __restrict__ sorted_ids, int kv_heads,
-                                                                    int nodes, int nblocks, int take, int stride,
-                                                                    int group_size, int max_blocks, int32_t* blocks,
-                                                                    uint64_t* members, int32_t* counts) {
+__global__ void __launch_bounds__(kListThreads)
+    build_lists_kernel(const int32_t* __restrict__ sorted_ids, int kv_heads, int nodes, int nblocks, int take,
+                       int stride, int group_size, int max_blocks, int32_t* blocks, uint64_t* members,
+                       int32_t* counts) {
   extern __shared__ unsigned long long mask[];  // [nblocks]
   __shared__ int warp_count[kListThreads / 32];
   const int group = blockIdx.x, kvh = blockIdx.y;
@@ -290,10 +303,14 @@ Layout make_layout(int kv_heads, const Shape& s) {
 
 const char* query_mode_name(QueryMode mode) {
   switch (mode) {
-    case QueryMode::kPerQuery: return "per_query";
-    case QueryMode::kFirstQuery: return "first_query";
-    case QueryMode::kGroupUnion: return "group_union";
-    case QueryMode::kGroupShared: return "group_shared";
+    case QueryMode::kPerQuery:
+      return "per_query";
+    case QueryMode::kFirstQuery:
+      return "first_query";
+    case QueryMode::kGroupUnion:
+      return "group_union";
+    case QueryMode::kGroupShared:
+      return "group_shared";
   }
   return "unknown";
 }
@@ -311,8 +328,8 @@ size_t select_workspace_bytes(const TreeQueries& tq, int kv_heads, const SelectP
   return make_layout(kv_heads, make_shape(tq, sp)).total;
 }
 
-bool select_blocks(const PagedKv& kv, const TreeQueries& tq, const SelectParams& sp, BlockLists* lists,
-                   void* workspace, size_t workspace_bytes, float* scores_copy, void* stream, std::string* error) {
+bool select_blocks(const PagedKv& kv, const TreeQueries& tq, const SelectParams& sp, BlockLists* lists, void* workspace,
+                   size_t workspace_bytes, float* scores_copy, void* stream, std::string* error) {
   auto fail = [&](const std::string& what) {
     if (error) *error = "select_blocks: " + what;
     return false;
@@ -325,7 +342,8 @@ bool select_blocks(const PagedKv& kv, const TreeQueries& tq, const SelectParams&
   }
   if (sp.top_k < 0 || sp.sink_blocks < 0 || sp.local_blocks < 0) return fail("negative top_k/sink/local");
   if (sp.head_dim != 64 && sp.head_dim != 128) return fail("head_dim " + std::to_string(sp.head_dim) + " (64 or 128)");
-  if (sp.block_size < 8 || sp.block_size > 128) return fail("block size " + std::to_string(sp.block_size) + " (8..128)");
+  if (sp.block_size < 8 || sp.block_size > 128)
+    return fail("block size " + std::to_string(sp.block_size) + " (8..128)");
   const Shape s = make_shape(tq, sp);
   const Layout L = make_layout(kv.kv_heads, s);
   if (workspace_bytes < L.total) return fail("workspace too small");
@@ -349,13 +367,20 @@ bool select_blocks(const PagedKv& kv, const TreeQueries& tq, const SelectParams&
   const auto* q = reinterpret_cast<const __nv_bfloat16*>(tq.q);
   const auto* bmin = reinterpret_cast<const __nv_bfloat16*>(kv.block_min);
   const auto* bmax = reinterpret_cast<const __nv_bfloat16*>(kv.block_max);
-#define SPECULA_SCORE(D, MIN, MAX)                                                                                   \
-  quest_score_kernel<D><<<score_grid, kScoreThreads, 0, st>>>(q, MIN, MAX, kv.block_table, kv.kv_heads, tq.q_heads, s.selectors, \
-                                                    s.stride, s.nblocks, sp.sink_blocks, s.first_forced, scores)
+#define SPECULA_SCORE(D, MIN, MAX)                                                                                  \
+  quest_score_kernel<D><<<score_grid, kScoreThreads, 0, st>>>(q, MIN, MAX, kv.block_table, kv.kv_heads, tq.q_heads, \
+                                                              s.selectors, s.stride, s.nblocks, sp.sink_blocks,     \
+                                                              s.first_forced, scores)
   if (sp.head_dim == 128) {
-    if (f32_meta) SPECULA_SCORE(128, sp.block_min_f32, sp.block_max_f32); else SPECULA_SCORE(128, bmin, bmax);
+    if (f32_meta)
+      SPECULA_SCORE(128, sp.block_min_f32, sp.block_max_f32);
+    else
+      SPECULA_SCORE(128, bmin, bmax);
   } else {
-    if (f32_meta) SPECULA_SCORE(64, sp.block_min_f32, sp.block_max_f32); else SPECULA_SCORE(64, bmin, bmax);
+    if (f32_meta)
+      SPECULA_SCORE(64, sp.block_min_f32, sp.block_max_f32);
+    else
+      SPECULA_SCORE(64, bmin, bmax);
   }
 #undef SPECULA_SCORE
   if (scores_copy) cudaMemcpyAsync(scores_copy, scores, L.n * sizeof(float), cudaMemcpyDeviceToDevice, st);

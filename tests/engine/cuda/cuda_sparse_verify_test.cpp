@@ -22,9 +22,9 @@
 #include "engine/backend/cpu_backend.h"
 #include "engine/backend/cuda_backend.h"
 #include "engine/model/loader.h"
-#include "tests/engine/cuda/cuda_test_support.h"
 #include "engine/spec/drafters.h"
 #include "engine/spec/speculative.h"
+#include "tests/engine/cuda/cuda_test_support.h"
 
 namespace specula {
 namespace {
@@ -52,8 +52,9 @@ double jaccard(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
 
 // About 330 tokens of varied text, so that the committed context is ~20 blocks past L_b = 64.
 std::string long_prompt() {
-  const char* facts[] = {"the river", "a lighthouse", "the old library", "a glass bridge", "the night market",
-                         "a copper kettle", "the harbour crane", "a violin maker", "the clock tower", "a salt marsh"};
+  const char* facts[] = {"the river",        "a lighthouse",    "the old library",   "a glass bridge",
+                         "the night market", "a copper kettle", "the harbour crane", "a violin maker",
+                         "the clock tower",  "a salt marsh"};
   std::string text = "Notes from a travel diary, one line per day.\n";
   for (int day = 1; day <= 24; ++day) {
     text += "Day " + std::to_string(day) + ": we visited " + facts[(day * 7) % 10] + " and counted " +
@@ -167,11 +168,14 @@ TEST_F(CudaSparseVerify, LogitsAndSelectionsMatchTheCpuInEveryQueryMode) {
       ++compared;
     }
     ASSERT_GT(compared, model_->config.n_layers);
-    const double cpu_share = static_cast<double>(cpu.stats.kv_bytes_read) / static_cast<double>(cpu.stats.kv_bytes_dense);
-    const double gpu_share = static_cast<double>(gpu.stats.kv_bytes_read) / static_cast<double>(gpu.stats.kv_bytes_dense);
-    std::printf("%-12s logits rel L2 %.3e; selections: mean Jaccard %.4f, exact %d of %d (layer, row) sets; KV bytes "
-                "read / dense: CPU %.3f, CUDA %.3f\n",
-                std::string(to_string(mode)).c_str(), err, jac_sum / compared, exact, compared, cpu_share, gpu_share);
+    const double cpu_share =
+        static_cast<double>(cpu.stats.kv_bytes_read) / static_cast<double>(cpu.stats.kv_bytes_dense);
+    const double gpu_share =
+        static_cast<double>(gpu.stats.kv_bytes_read) / static_cast<double>(gpu.stats.kv_bytes_dense);
+    std::printf(
+        "%-12s logits rel L2 %.3e; selections: mean Jaccard %.4f, exact %d of %d (layer, row) sets; KV bytes "
+        "read / dense: CPU %.3f, CUDA %.3f\n",
+        std::string(to_string(mode)).c_str(), err, jac_sum / compared, exact, compared, cpu_share, gpu_share);
     // The dense CPU-vs-CUDA verify stays under 2e-2 per step (cuda_backend_test.cpp); a few
     // flipped near-tie blocks add to it.
     EXPECT_LT(err, 4e-2) << to_string(mode);
@@ -212,9 +216,10 @@ TEST_F(CudaSparseVerify, KeepingEveryBlockIsTheDensePathAndDroppingOneStaysClose
   const auto share = [](const Verify& v) {
     return static_cast<double>(v.stats.kv_bytes_read) / static_cast<double>(v.stats.kv_bytes_dense);
   };
-  std::printf("eta %.3f (one of %lld blocks dropped per row and KV head): rel L2 to dense %.3e, bytes read / dense "
-              "%.3f (CPU %.3f)\n",
-              eta, static_cast<long long>(nb), err, share(most), share(most_cpu));
+  std::printf(
+      "eta %.3f (one of %lld blocks dropped per row and KV head): rel L2 to dense %.3e, bytes read / dense "
+      "%.3f (CPU %.3f)\n",
+      eta, static_cast<long long>(nb), err, share(most), share(most_cpu));
   EXPECT_LT(err, 2e-2);
   // Per-query loads every row's blocks apart: about rows x (nb - 1) / nb of a dense pass, plus
   // the scoring metadata, counted as the CPU counts it.
@@ -241,10 +246,10 @@ TEST_F(CudaSparseVerify, SparseFfnKeepsTheCpusChannelsAndLogits) {
     const double cpu_share = static_cast<double>(cpu.stats.ffn_active) / static_cast<double>(cpu.stats.ffn_total);
     const double gpu_share = static_cast<double>(gpu.stats.ffn_active) / static_cast<double>(gpu.stats.ffn_total);
     const double err = rel_l2(gpu.logits, cpu.logits);
-    std::printf("sffn tau %.3g %-7s channels kept: CPU %.4f, CUDA %.4f; logits rel L2 to the CPU %.3e, to the "
-                "CUDA dense forward %.3e\n",
-                c.ffn_threshold, union_rows ? "union" : "per row", cpu_share, gpu_share, err,
-                rel_l2(gpu.logits, dense.logits));
+    std::printf(
+        "sffn tau %.3g %-7s channels kept: CPU %.4f, CUDA %.4f; logits rel L2 to the CPU %.3e, to the "
+        "CUDA dense forward %.3e\n",
+        c.ffn_threshold, union_rows ? "union" : "per row", cpu_share, gpu_share, err, rel_l2(gpu.logits, dense.logits));
     EXPECT_NEAR(gpu_share, cpu_share, 2e-3) << (union_rows ? "union" : "per row");
     // Per row, tau 0.05 drops about 11% of the channels; the union over the tree's 10 rows keeps
     // 99.99% (H100, cuda_sparse_verify_test_h100_2026-11-24.txt), so only the per-row case must

@@ -2,10 +2,9 @@
 // What the kernel tests share: a fixture that skips without a GPU (printing "skipped: no GPU")
 // and draws its random inputs from a seed chosen fresh every run and printed, bf16 weights with
 // their exact values for double references, and host <-> device copies checked by gtest.
-#include <gtest/gtest.h>
-
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
