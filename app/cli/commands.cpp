@@ -125,9 +125,10 @@ Expected<std::unique_ptr<Drafter>> make_drafter(const SpeculationArgs& spec, con
     return make_ngram_drafter({spec.ngram_n, spec.ngram_min, spec.ngram_max_length, spec.ngram_min_confidence});
   }
   if (spec.drafter == "layerskip") {
-    auto d = make_layerskip_drafter(target, spec.layers, where);
-    if (!d) return make_error("--layers: " + d.error().message);
-    return d;
+    if (auto layers = parse_layer_subset(spec.layers, target.config.n_layers); !layers) {
+      return make_error("--layers: " + layers.error().message);
+    }
+    return make_layerskip_drafter(target, spec.layers, where);
   }
   if (spec.drafter == "model") {
     auto draft = load(*spec.draft_model);

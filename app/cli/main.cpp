@@ -1,15 +1,14 @@
 // specula-cli: the engine without a GUI. Runs on machines with no Qt (the GPU machine).
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <exception>
 #include <string>
 
 #include "app/cli/commands.h"
-#include "app/cli/profiler_commands.h"
-#include "app/cli/sparse_commands.h"
 #include "app/cli/eval_commands.h"
 #include "app/cli/moe_commands.h"
+#include "app/cli/profiler_commands.h"
+#include "app/cli/sparse_commands.h"
 
 namespace {
 
@@ -26,22 +25,28 @@ void add_speculation_flags(CLI::App* cmd, specula::cli::SpeculationArgs& spec) {
                   "Where layerskip and model drafts run: auto (the target's backend) | cpu | cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
-  cmd->add_option("--layers", spec.layers, "Layers the layerskip drafter runs: every-other | first:N | last:N | list:I,J,...")
+  cmd->add_option("--layers", spec.layers,
+                  "Layers the layerskip drafter runs: every-other | first:N | last:N | list:I,J,...")
       ->capture_default_str();
   cmd->add_option("--ngram-n", spec.ngram_n, "Longest suffix the ngram drafter matches")
-      ->check(CLI::Range(1, 64))->capture_default_str();
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   cmd->add_option("--ngram-min", spec.ngram_min, "Shortest suffix the ngram drafter accepts as a match")
-      ->check(CLI::Range(1, 64))->capture_default_str();
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   cmd->add_option("--ngram-max-length", spec.ngram_max_length, "Deepest ngram draft (0 = the tree's depth)")
-      ->check(CLI::Range(0, 64))->capture_default_str();
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
   cmd->add_option("--ngram-min-confidence", spec.ngram_min_confidence,
                   "Draft an ngram token only while the estimated chance its path is accepted stays at least this "
                   "(0 = fill the tree)")
-      ->check(CLI::Range(0.0, 1.0))->capture_default_str();
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   cmd->add_option("--sparse", spec.sparse,
                   "Sparse verification preset: strict | sa | sa-reuse | sffn | smoe | hybrid | ssv-exact | ssv-approx")
       ->capture_default_str();
-  cmd->add_option("--sparse-config", spec.sparse_config, "Sparse verification parameters as JSON (docs/sparse-verification.md)");
+  cmd->add_option("--sparse-config", spec.sparse_config,
+                  "Sparse verification parameters as JSON (docs/sparse-verification.md)");
   cmd->add_flag("--no-controller", spec.no_controller,
                 "Speculate every round (no break-even fallback to plain decoding)");
 }
@@ -56,35 +61,44 @@ int main(int argc, char** argv) {
 
   GenerateArgs gen;
   auto* generate = app.add_subcommand("generate", "Generate text from a prompt, streaming it, then print tokens/s");
-  generate->add_option("--model,-m", gen.model,
-                       "GGUF file, Hugging Face directory, or 'default' (SmolLM2-135M-Instruct Q4_1)")
+  generate
+      ->add_option("--model,-m", gen.model,
+                   "GGUF file, Hugging Face directory, or 'default' (SmolLM2-135M-Instruct Q4_1)")
       ->capture_default_str();
   auto* prompt = generate->add_option("--prompt,-p", gen.prompt, "Prompt text");
   auto* prompt_file = generate->add_option("--prompt-file,-f", gen.prompt_file, "Read the prompt from a file");
   prompt->excludes(prompt_file);
   generate->add_flag("--chat", gen.chat, "Wrap the prompt in the model's chat template as a user turn");
   generate->add_option("--max-tokens,-n", gen.max_tokens, "Tokens to generate at most")
-      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
   generate->add_option("--temperature,-t", gen.temperature, "0 = greedy")
-      ->check(CLI::Range(0.0f, 100.0f))->capture_default_str();
+      ->check(CLI::Range(0.0f, 100.0f))
+      ->capture_default_str();
   generate->add_option("--top-k", gen.top_k, "Keep the k most likely tokens (0 = off)")
-      ->check(CLI::Range(0, 1 << 24))->capture_default_str();
+      ->check(CLI::Range(0, 1 << 24))
+      ->capture_default_str();
   generate->add_option("--top-p", gen.top_p, "Nucleus sampling mass, in (0, 1] (1 = off)")
-      ->check(CLI::Range(1e-6f, 1.0f))->capture_default_str();
+      ->check(CLI::Range(1e-6f, 1.0f))
+      ->capture_default_str();
   generate->add_option("--seed,-s", gen.seed, "Random seed for sampling")->capture_default_str();
   generate->add_option("--threads", gen.threads, "CPU threads (0 = all cores)")
-      ->check(CLI::Range(0, 1024))->capture_default_str();
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
   generate->add_option("--kv-block-size", gen.kv_block_size, "Tokens per KV-cache block (8..128)")
-      ->check(CLI::Range(8, 128))->capture_default_str();
+      ->check(CLI::Range(8, 128))
+      ->capture_default_str();
   generate->add_flag("--json", gen.json,
                      "Print one JSON object {text, tokens, timings, metrics} instead of streaming text");
-  generate->add_option("--precision", gen.precision,
-                       "Target matmul activations: f32 (matches transformers to ~1e-6) | int8 (faster, ~1e-2 logit error)")
+  generate
+      ->add_option("--precision", gen.precision,
+                   "Target matmul activations: f32 (matches transformers to ~1e-6) | int8 (faster, ~1e-2 logit error)")
       ->check(CLI::IsMember({"f32", "int8"}))
       ->capture_default_str();
-  generate->add_option("--backend", gen.backend,
-                       "Where the model runs: auto (cuda when a GPU is present and the run needs nothing CPU-only: int8, "
-                       "sparse verification, MoE) | cpu | cuda; speculative drafters run on the CPU")
+  generate
+      ->add_option("--backend", gen.backend,
+                   "Where the model runs: auto (cuda when a GPU is present and the run needs nothing CPU-only: int8, "
+                   "MoE, exact block scoring) | cpu | cuda; --draft-backend places layerskip and model drafts")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
   generate->add_option("--synthetic", gen.synthetic,
@@ -92,7 +106,9 @@ int main(int argc, char** argv) {
   add_speculation_flags(generate, gen.spec);
   generate->add_option("--record", gen.record,
                        "Record the run into this session database (SQLite; open it in the app, export, diff)");
-  generate->add_option("--record-level", gen.record_level, "What --record keeps: summary | full (adds per-query selections)")
+  generate
+      ->add_option("--record-level", gen.record_level,
+                   "What --record keeps: summary | full (adds per-query selections)")
       ->check(CLI::IsMember({"summary", "full"}))
       ->capture_default_str();
   generate->add_flag("--overwrite", gen.overwrite, "With --record: replace an existing session file");
@@ -106,19 +122,24 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   specbench->add_option("--data", bench.data, "Spec-Bench jsonl (question_id, category, turns)")->required();
   specbench->add_option("--limit", bench.limit, "Items per category (0 = all)")
-      ->check(CLI::Range(0, 1 << 20))->capture_default_str();
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
   specbench->add_option("--max-tokens,-n", bench.max_tokens, "Tokens to generate per item at most")
-      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
   specbench->add_option("--precision", bench.precision, "Target matmul activations: f32 | int8")
       ->check(CLI::IsMember({"f32", "int8"}))
       ->capture_default_str();
   specbench->add_option("--threads", bench.threads, "CPU threads (0 = all cores)")
-      ->check(CLI::Range(0, 1024))->capture_default_str();
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
   specbench->add_option("--kv-block-size", bench.kv_block_size, "Tokens per KV-cache block (8..128)")
-      ->check(CLI::Range(8, 128))->capture_default_str();
-  specbench->add_option("--backend", bench.backend,
-                        "Where the target runs: auto (cuda when a GPU is present and the run needs nothing CPU-only) | "
-                        "cpu | cuda; drafters run on the CPU")
+      ->check(CLI::Range(8, 128))
+      ->capture_default_str();
+  specbench
+      ->add_option("--backend", bench.backend,
+                   "Where the target runs: auto (cuda when a GPU is present and the run needs nothing CPU-only) | "
+                   "cpu | cuda; --draft-backend places layerskip and model drafts")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
   specbench->add_flag("--json", bench.json, "Print the JSON report instead of the table");

@@ -193,7 +193,8 @@ Expected<std::unique_ptr<Drafter>> make_transformer_drafter(std::string name, st
                       " model; draft on the CPU (--draft-backend cpu)");
   }
   auto backend = make_backend(*model, options);
-  if (!backend) return make_error(name + ": " + backend.error().message);
+  if (!backend)
+    return make_error("drafter " + name + " on the " + where.backend + " backend: " + backend.error().message);
   auto session = (*backend)->start(where.kv_block_size, context);
   if (!session) return make_error(name + ": " + session.error().message);
   if ((*backend)->name() != "cpu") name += "@" + (*backend)->name();
