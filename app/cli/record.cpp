@@ -72,7 +72,7 @@ Expected<RunRecording> RunRecording::start(const GenerateArgs& args, const Model
   auto capture = profiler::CuptiCapture::start(recording.recorder_);
   if (capture) {
     recording.capture_ = std::move(*capture);
-    if (backend.name() == "cuda") set_cuda_programmatic_launch(false);
+    set_cuda_programmatic_launch(false);  // also a CUDA drafter's kernels beside a CPU target
   } else {
     std::fprintf(stderr, "%s\n", capture.error().message.c_str());
   }

@@ -24,9 +24,9 @@ class RunRecording {
   // Creates the session file (refusing an existing one unless args.overwrite), points
   // options.observer at the recorder and starts CUPTI capture; when capture cannot run, its
   // one-line notice goes to stderr and the run records CPU spans only.
-  // `backend` is where the target runs (the session's backend and device). On the CUDA backend
-  // it switches programmatic dependent launch off, so that kernel durations are the kernels'
-  // own (call it before the run's first forward, which captures the CUDA graphs).
+  // `backend` is where the target runs (the session's backend and device). When CUPTI capture
+  // starts it switches programmatic dependent launch off, so that kernel durations are the
+  // kernels' own (call it before the run's first forward, which captures the CUDA graphs).
   static Expected<RunRecording> start(const GenerateArgs& args, const Model& model, size_t prompt_tokens,
                                       SpeculativeOptions& options, const TransformerBackend& backend);
   // Writes everything queued and closes the database; the summary line names what was kept.

@@ -27,6 +27,11 @@ class CpuSession final : public BackendSession {
 
 }  // namespace
 
+int64_t CpuBackend::kv_row_bytes() const {
+  const ModelConfig& c = transformer_.config();
+  return c.n_layers * c.n_kv_heads * c.head_dim * 2 * static_cast<int64_t>(sizeof(float));
+}
+
 std::string CpuBackend::device() const { return "CPU (" + std::to_string(transformer_.threads()) + " threads)"; }
 
 Expected<std::unique_ptr<BackendSession>> CpuBackend::start(int block_size, int64_t capacity) {

@@ -9,6 +9,7 @@ class CpuBackend final : public TransformerBackend {
   CpuBackend(const Model& model, const CpuTransformerOptions& options) : transformer_(model, options) {}
   const ModelConfig& config() const override { return transformer_.config(); }
   std::string name() const override { return "cpu"; }
+  int64_t kv_row_bytes() const override;  // f32 K and V
   std::string device() const override;
   Expected<std::unique_ptr<BackendSession>> start(int block_size, int64_t capacity) override;
   CpuTransformer& transformer() { return transformer_; }

@@ -45,6 +45,11 @@ Status cuda_sparse_supported(const SparseConfig& c) {
   return {};
 }
 
+int64_t CudaBackend::kv_row_bytes() const {
+  const ModelConfig& c = config();
+  return c.n_layers * c.n_kv_heads * c.head_dim * 2 * 2;
+}
+
 Expected<ModelConfig> synthetic_config(const std::string& name) {
   if (name != "llama-3.1-8b") return make_error("--synthetic: unknown shape '" + name + "' (known: llama-3.1-8b)");
   ModelConfig c;
@@ -80,6 +85,7 @@ Expected<std::unique_ptr<BackendSession>> CudaBackend::start(int, int64_t) {
   return make_error("CUDA backend: built without CUDA");
 }
 bool CudaBackend::synthetic() const { return false; }
+int CudaBackend::warmup_steps() const { return 0; }
 uint64_t CudaBackend::weight_bytes_per_token() const { return 0; }
 uint64_t CudaBackend::device_bytes() const { return 0; }
 
@@ -806,9 +812,6 @@ class CudaSession final : public BackendSession {
       const int all_blocks = static_cast<int>((committed_ + T + B_ - 1) / B_);
       attn_ws = std::max(attn_ws, cuda::attention_workspace_bytes(tq, kvh, 1, static_cast<int>(T), all_blocks));
     }
-    const auto grow = [](auto& buffer, size_t n, const char* what) -> Status {
-      return n > buffer.size() ? buffer.allocate(n, what) : Status{};
-    };
     const size_t qd = static_cast<size_t>(b_->q_dim());
     if (auto ok = grow(sparse_q_, size_t(T) * qd, "sparse verify queries"); !ok) return ok;
     if (auto ok = grow(sparse_out_, size_t(T) * qd, "sparse verify output"); !ok) return ok;
@@ -1042,6 +1045,12 @@ class CudaSession final : public BackendSession {
     return b.gemm_norm(b.output, V, dim, b.x.get() + first_out * dim, n_out, b.output_norm.get(), b.logits.get(), V);
   }
 
+  // A scratch buffer grown to at least n elements (kept across forwards).
+  template <class T>
+  static Status grow(DeviceBuffer<T>& buffer, size_t n, const char* what) {
+    return n > buffer.size() ? buffer.allocate(n, what) : Status{};
+  }
+
   // Sparse FFN (SparseConfig::ffn, kernels/cuda/sparse_ffn.h): its scratch, carved for the
   // kernels' largest batch, and pinned room for every layer's counts.
   Status prepare_sparse_ffn(int64_t T) {
@@ -1052,9 +1061,7 @@ class CudaSession final : public BackendSession {
                         " nodes), not " + std::to_string(T) + "; use --backend cpu or a smaller tree");
     }
     const size_t bytes = cuda::sparse_ffn_scratch_bytes(cuda::kSparseFfnMaxRows, c.ffn_dim);
-    if (ffn_scratch_.size() * 4 < bytes) {
-      if (auto ok = ffn_scratch_.allocate((bytes + 3) / 4, "sparse FFN scratch"); !ok) return ok;
-    }
+    if (auto ok = grow(ffn_scratch_, (bytes + 3) / 4, "sparse FFN scratch"); !ok) return ok;
     if (!host_ffn_counts_) {
       SPECULA_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&host_ffn_counts_), size_t(c.n_layers) * 2 * 4),
                        "cudaMallocHost");
@@ -1182,6 +1189,7 @@ CudaBackend::~CudaBackend() = default;
 const ModelConfig& CudaBackend::config() const { return impl_->cfg; }
 std::string CudaBackend::device() const { return impl_->device_name; }
 bool CudaBackend::synthetic() const { return impl_->synthetic; }
+int CudaBackend::warmup_steps() const { return impl_->cuda_graphs ? 1 : 0; }
 uint64_t CudaBackend::weight_bytes_per_token() const { return impl_->weight_bytes; }
 uint64_t CudaBackend::device_bytes() const {
   uint64_t total = impl_->embd.bytes() + impl_->output_own.bytes() + impl_->output_norm.bytes();

@@ -53,6 +53,8 @@ class CudaBackend : public TransformerBackend {
   ~CudaBackend() override;
   const ModelConfig& config() const override;
   std::string name() const override { return "cuda"; }
+  int64_t kv_row_bytes() const override;  // bf16 K and V
+  int warmup_steps() const override;      // 1 with CUDA graphs (the first decode step captures)
   std::string device() const override;
   Expected<std::unique_ptr<BackendSession>> start(int block_size, int64_t capacity) override;
 

@@ -38,6 +38,11 @@ class TransformerBackend {
   virtual std::string device() const = 0;  // "CPU (N threads)" | "NVIDIA H100 80GB HBM3"
   // capacity: max rows of the session's KV cache (0 = the model's context length).
   virtual Expected<std::unique_ptr<BackendSession>> start(int block_size, int64_t capacity) = 0;
+  // Bytes of one KV row over all layers, K and V, as this backend stores them.
+  virtual int64_t kv_row_bytes() const = 0;
+  // Decode steps at the start of a session that carry one-time costs (the CUDA backend captures
+  // its graph on the first), which a break-even controller must not take as a step's cost.
+  virtual int warmup_steps() const { return 0; }
 };
 
 struct BackendOptions {

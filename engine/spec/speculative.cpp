@@ -147,12 +147,7 @@ SpeculativeEngine::SpeculativeEngine(const Model& target, std::unique_ptr<Transf
 
 CpuTransformer* SpeculativeEngine::cpu_transformer() { return cpu_ ? &cpu_->transformer() : nullptr; }
 
-int64_t SpeculativeEngine::kv_row_bytes() const {
-  const ModelConfig& c = model_->config;
-  // The CPU keeps K/V in f32, the CUDA backend in bf16.
-  const int64_t element = backend_->name() == "cuda" ? 2 : static_cast<int64_t>(sizeof(float));
-  return c.n_layers * c.n_kv_heads * c.head_dim * 2 * element;
-}
+int64_t SpeculativeEngine::kv_row_bytes() const { return backend_->kv_row_bytes(); }
 
 Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t> prompt, Drafter* drafter,
                                                         const SpeculativeOptions& options,
@@ -211,8 +206,7 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
   if (drafter) drafter->reset();
   const int64_t draft_rollback_before = drafter ? drafter->stats().rollback_tokens : 0;
   ControllerOptions controller_options = options.controller;
-  // The first decode step of a CUDA session captures its graph: not a plain step's cost.
-  if (backend_->name() != "cpu") controller_options.plain_warmup = std::max(controller_options.plain_warmup, 1);
+  controller_options.plain_warmup = std::max(controller_options.plain_warmup, backend_->warmup_steps());
   BreakEvenController controller(controller_options);
   const int64_t row_bytes = kv_row_bytes();
   const auto V = static_cast<size_t>(cfg.vocab_size);

@@ -11,6 +11,8 @@
 // sinks amplify a one-ulp flip; the worst single step moved between 7.7e-3 and 1.14e-2 across
 // builds that only changed a summation order, while each prompt's whole run stayed at or below
 // 3.2e-3 (bench/results/cuda_backend_logits_h100_2026-11-24.txt).
+#include "engine/backend/cuda_backend.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,10 +25,9 @@
 #include <vector>
 
 #include "engine/backend/cpu_backend.h"
-#include "engine/backend/cuda_backend.h"
 #include "engine/model/loader.h"
-#include "tests/engine/cuda/cuda_test_support.h"
 #include "kernels/cuda/model_ops.h"
+#include "tests/engine/cuda/cuda_test_support.h"
 
 namespace specula {
 namespace {
@@ -54,13 +55,11 @@ bool prefill(BackendSession& session, const std::vector<int32_t>& prompt, std::v
 class CudaBackendTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!cuda_gpu_available()) {
-      std::puts("skipped: no GPU");
-      GTEST_SKIP() << "skipped: no GPU";
+    if (const auto missing = testing::gpu_and_default_model_missing()) {
+      std::puts(missing->c_str());
+      GTEST_SKIP() << *missing;
     }
-    const auto path = resolve_model_path("default");
-    if (!std::filesystem::exists(path)) GTEST_SKIP() << "skipped: default model not found at " << path;
-    auto m = load_model(path);
+    auto m = load_model(resolve_model_path("default"));
     ASSERT_TRUE(m) << m.error().message;
     model_ = std::make_unique<Model>(std::move(*m));
     cpu_ = std::make_unique<CpuBackend>(*model_, CpuTransformerOptions{0, Precision::Bf16Storage});
@@ -85,14 +84,13 @@ class CudaBackendTest : public ::testing::Test {
 struct LogitComparison {
   double worst = 0;         // largest relative L2 of one forward (a prefill or a decode step)
   double worst_prompt = 0;  // largest relative L2 of one prompt's forwards taken together
-  int identical = 0;  // prompts whose 32 greedy tokens agree
+  int identical = 0;        // prompts whose 32 greedy tokens agree
   int prompts = 0;
 };
 
 // Prefill + 32 greedy decode steps on each side; logits are compared while the tokens agree.
 LogitComparison compare_logits(TransformerBackend& cuda, TransformerBackend& cpu,
-                               const std::function<std::vector<int32_t>(const std::string&)>& encode,
-                               double bound) {
+                               const std::function<std::vector<int32_t>(const std::string&)>& encode, double bound) {
   const std::vector<std::string> prompts = {
       "The capital of France is",
       "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
@@ -171,7 +169,8 @@ LogitComparison compare_logits(TransformerBackend& cuda, TransformerBackend& cpu
 }
 
 TEST_F(CudaBackendTest, PrefillAndDecodeLogitsAndGreedyTokensMatchCpu) {
-  const auto result = compare_logits(*cuda_, *cpu_, [&](const std::string& t) { return encode(t); }, 1e-2);
+  const auto result = compare_logits(
+      *cuda_, *cpu_, [&](const std::string& t) { return encode(t); }, 1e-2);
   EXPECT_GE(result.identical * 2, result.prompts);
 }
 
@@ -180,7 +179,8 @@ TEST_F(CudaBackendTest, PrefillAndDecodeLogitsAndGreedyTokensMatchCpu) {
 // 3.05e-2 before the bf16 reference existed), and greedy must still agree on most prompts.
 TEST_F(CudaBackendTest, LogitsStayCloseToTheQuantizedFilesF32Numbers) {
   CpuBackend file_numbers(*model_, CpuTransformerOptions{});
-  const auto result = compare_logits(*cuda_, file_numbers, [&](const std::string& t) { return encode(t); }, 5e-2);
+  const auto result = compare_logits(
+      *cuda_, file_numbers, [&](const std::string& t) { return encode(t); }, 5e-2);
   EXPECT_GE(result.identical * 2, result.prompts);
 }
 

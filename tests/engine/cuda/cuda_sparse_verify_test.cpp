@@ -66,16 +66,11 @@ std::string long_prompt() {
 class CudaSparseVerify : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!cuda_gpu_available()) {
-      std::puts("skipped: no GPU");
-      GTEST_SKIP() << "skipped: no GPU";
+    if (const auto missing = testing::gpu_and_default_model_missing()) {
+      std::puts(missing->c_str());
+      GTEST_SKIP() << *missing;
     }
-    const auto path = resolve_model_path("default");
-    if (!std::filesystem::exists(path)) {
-      std::printf("skipped: default model not found at %s\n", path.string().c_str());
-      GTEST_SKIP() << "skipped: default model not found at " << path;
-    }
-    auto m = load_model(path);
+    auto m = load_model(resolve_model_path("default"));
     ASSERT_TRUE(m) << m.error().message;
     model_ = std::make_unique<Model>(std::move(*m));
     cpu_ = std::make_unique<CpuBackend>(*model_, CpuTransformerOptions{0, Precision::Bf16Storage});

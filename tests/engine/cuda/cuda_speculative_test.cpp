@@ -14,18 +14,18 @@
 
 #include "engine/backend/cuda_backend.h"
 #include "engine/spec/speculative.h"
+#include "tests/engine/cuda/cuda_test_support.h"
 #include "tests/engine/spec/fidelity_prompts.h"
 
 namespace specula {
 namespace {
 
 TEST(CudaSpeculative, GreedyEqualsPlainGpuGreedyForEveryDrafterAndTree) {
-  if (!cuda_gpu_available()) {
-    std::puts("skipped: no GPU");
-    GTEST_SKIP() << "skipped: no GPU";
+  if (const auto missing = testing::gpu_and_default_model_missing()) {
+    std::puts(missing->c_str());
+    GTEST_SKIP() << *missing;
   }
   const auto path = resolve_model_path("default");
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << "skipped: default model not found at " << path;
   auto target = load_model(path);
   ASSERT_TRUE(target.ok()) << target.error().message;
   const auto all = testing::fidelity_prompts(*target);

@@ -1,9 +1,25 @@
 #pragma once
-// What the CUDA engine tests share: relative L2 of GPU logits against a reference.
+// What the CUDA engine tests share: why a test cannot run here, and relative L2 of GPU logits
+// against a reference.
 #include <cmath>
+#include <filesystem>
+#include <optional>
+#include <string>
 #include <vector>
 
+#include "engine/backend/cuda_backend.h"
+#include "engine/model/loader.h"
+
 namespace specula::testing {
+
+// The skip reason when there is no GPU or no default model (the tests print "skipped: ..." and
+// GTEST_SKIP with it); nullopt when both are here.
+inline std::optional<std::string> gpu_and_default_model_missing() {
+  if (!cuda_gpu_available()) return std::string("skipped: no GPU");
+  const auto path = resolve_model_path("default");
+  if (!std::filesystem::exists(path)) return "skipped: default model not found at " + path.string();
+  return std::nullopt;
+}
 
 // ||a - ref|| / ||ref||; a NaN or infinity anywhere gives 1e30 (never within a bound).
 inline double rel_l2(const std::vector<float>& a, const std::vector<float>& ref) {
