@@ -68,12 +68,12 @@ int run_generate_on_backend(const GenerateArgs& args) {
   if (args.synthetic) {
     auto config = synthetic_config(*args.synthetic);
     if (!config) return fail(config.error().message);
+    auto made = make_synthetic_cuda_backend(*config, args.seed, CudaBackendOptions{});
+    if (!made) return fail(made.error().message);  // one line: the refusal, before any notice
     std::fprintf(stderr,
                  "specula-cli: synthetic %s: random bf16 weights generated on the GPU, for timing only; output is "
                  "token ids\n",
                  args.synthetic->c_str());
-    auto made = make_synthetic_cuda_backend(*config, args.seed, CudaBackendOptions{});
-    if (!made) return fail(made.error().message);
     backend = std::move(*made);
     hooks.token_text = [](int32_t id) {
       std::string text = "[";

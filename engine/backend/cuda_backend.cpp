@@ -51,23 +51,38 @@ int64_t CudaBackend::kv_row_bytes() const {
 }
 
 Expected<ModelConfig> synthetic_config(const std::string& name) {
-  if (name != "llama-3.1-8b") return make_error("--synthetic: unknown shape '" + name + "' (known: llama-3.1-8b)");
-  ModelConfig c;
-  c.architecture = "llama";
-  c.name = "synthetic llama-3.1-8b (random bf16 weights)";
-  c.n_layers = 32;
-  c.dim = 4096;
-  c.n_heads = 32;
-  c.n_kv_heads = 8;
-  c.head_dim = 128;
-  c.ffn_dim = 14336;
-  c.vocab_size = 128256;
-  c.context_length = 131072;
-  c.rope_theta = 500000.0f;
-  c.rms_eps = 1e-5f;
-  c.tied_embeddings = false;
-  c.rope_style = RopeStyle::HalfSplit;
-  return c;
+  // Published shapes (config.json of each model); Llama 3.1 uses half-split RoPE, theta 5e5.
+  struct Shape {
+    const char* name;
+    int64_t layers, dim, heads, kv_heads, head_dim, ffn, vocab;
+  };
+  static constexpr Shape kShapes[] = {
+      {"llama-3.1-8b", 32, 4096, 32, 8, 128, 14336, 128256},
+      {"llama-3.1-70b", 80, 8192, 64, 8, 128, 28672, 128256},      // 141 GB of bf16: more than an H100 holds
+      {"llama-3.1-405b", 126, 16384, 128, 8, 128, 53248, 128256},  // 811 GB: more than any one GPU holds
+  };
+  std::string known;
+  for (const Shape& s : kShapes) {
+    known += (known.empty() ? "" : ", ") + std::string(s.name);
+    if (name != s.name) continue;
+    ModelConfig c;
+    c.architecture = "llama";
+    c.name = "synthetic " + name + " (random bf16 weights)";
+    c.n_layers = s.layers;
+    c.dim = s.dim;
+    c.n_heads = s.heads;
+    c.n_kv_heads = s.kv_heads;
+    c.head_dim = s.head_dim;
+    c.ffn_dim = s.ffn;
+    c.vocab_size = s.vocab;
+    c.context_length = 131072;
+    c.rope_theta = 500000.0f;
+    c.rms_eps = 1e-5f;
+    c.tied_embeddings = false;
+    c.rope_style = RopeStyle::HalfSplit;
+    return c;
+  }
+  return make_error("--synthetic: unknown shape '" + name + "' (known: " + known + ")");
 }
 
 #if !defined(SPECULA_HAVE_CUDA)
@@ -355,6 +370,11 @@ struct CudaBackend::Impl {
 
   Status ensure_scratch(int64_t T) {
     if (T <= scratch_T) return {};
+    // Every buffer below is freed before it is reallocated, so a failure part-way (the GPU out of
+    // memory mid-run) must not leave scratch_T promising buffers that are gone, nor graphs
+    // pointing at them: the next forward then starts the growth over.
+    scratch_T = 0;
+    ++scratch_generation;
     const int64_t wide = std::max(cfg.dim, cfg.ffn_dim);
     if (auto ok = x.allocate(T * cfg.dim, "x"); !ok) return ok;
     if (auto ok = qkv.allocate(T * qkv_dim(), "qkv"); !ok) return ok;
@@ -375,7 +395,6 @@ struct CudaBackend::Impl {
                      "cudaMallocHost");
     SPECULA_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&host_mask), T * T), "cudaMallocHost");
     scratch_T = T;
-    ++scratch_generation;
     return {};
   }
 

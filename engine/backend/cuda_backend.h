@@ -78,7 +78,8 @@ Expected<std::unique_ptr<CudaBackend>> make_cuda_backend(const Model& model, con
 // Random bf16 weights of `config`'s shapes, generated on the GPU (timing only).
 Expected<std::unique_ptr<CudaBackend>> make_synthetic_cuda_backend(const ModelConfig& config, uint64_t seed,
                                                                    const CudaBackendOptions& options);
-// Shapes of a known model for --synthetic: "llama-3.1-8b".
+// Shapes of a known model for --synthetic: "llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b" (the last two
+// larger than an 80 GB GPU).
 Expected<ModelConfig> synthetic_config(const std::string& name);
 
 }  // namespace specula

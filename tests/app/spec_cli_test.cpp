@@ -133,6 +133,17 @@ TEST(SpecCliBadInput, CudaWithoutAGpu) {
   EXPECT_EQ(j["backend"]["name"], "cpu");
 }
 
+TEST(SpecCliBadInput, ModelLargerThanTheGpu) {
+  if (!specula::cuda_gpu_available()) {
+    std::puts("skipped: no GPU");
+    GTEST_SKIP() << "skipped: no GPU";
+  }
+  if (!fs::exists(specula::resolve_model_path("default"))) GTEST_SKIP() << "skipped: default model not downloaded";
+  // The default model is there for its tokenizer; the weights are 811 GB of synthetic bf16.
+  expect_clean_failure(run_cli("generate --model default --prompt hi --max-tokens 2 --synthetic llama-3.1-405b"),
+                       "of GPU memory, but only");
+}
+
 TEST(SpecCliBadInput, DraftModelWithAnotherTokenizer) {
   const fs::path dir = scratch("other_tokenizer");
   fs::create_directories(dir);
