@@ -25,6 +25,9 @@ FILE.bin, little endian (bench/selection_replay.h reads it):
 """
 import argparse
 import collections
+import datetime
+import os
+import platform
 import itertools
 import json
 import math
@@ -218,6 +221,16 @@ def export(sessions, kv_heads, group_sizes, rounds_kept):
     return summary, kept
 
 
+def cpu_name():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -232,6 +245,7 @@ def main(argv):
     e.add_argument("--kv-heads", type=int, default=3)
     e.add_argument("--group-sizes", type=int, nargs="+", default=[4, 8])
     e.add_argument("--rounds", type=int, default=2, help="sparse rounds of each session written to --out")
+    e.add_argument("--commit", default="unknown", help="commit of the specula-cli that recorded the sessions")
     a = ap.parse_args(argv)
     if a.cmd == "prompts":
         Path(a.out_dir).mkdir(parents=True, exist_ok=True)
@@ -240,6 +254,11 @@ def main(argv):
             print(f"{name}: {len(text)} chars")
         return 0
     summary, cases = export(a.sessions, a.kv_heads, a.group_sizes, a.rounds)
+    summary = {"bench": "selection_overlap", "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+               "commit": a.commit, "command": " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:]),
+               "host": {"cpu": cpu_name(), "machine": platform.machine(), "hostname": platform.node()},
+               "definitions": __doc__.split("FILE.bin, little endian")[0].split("Overlap, per")[1].strip(),
+               **summary}
     summary["replay_file"] = {"path": a.out, "cases": len(cases)}
     with open(a.out, "wb") as f:
         write_cases(f, cases)

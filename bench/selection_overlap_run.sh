@@ -25,4 +25,4 @@ done
 wait
 [ -n "${NO_EXPORT:-}" ] && exit 0
 python3 "$here/selection_overlap.py" export "$out"/{multi_news,rag,lcc}.sqlite \
-  --out "$out/selections.bin" --summary "$out/overlap.json" --rounds 2
+  --out "$out/selections.bin" --summary "$out/overlap.json" --rounds "${ROUNDS:-3}" --commit "$(git -C "$here" rev-parse --short HEAD)"

@@ -176,7 +176,7 @@ int main(int argc, char** argv) {
   std::string commit = "unknown", out_path, file;
   std::vector<std::string> shapes = {"real", "llama8b"};
   std::vector<int> node_counts = {16, 32, 64};
-  int iterations = 20, group_size = 8, context = 65536, max_problems = 0;
+  int iterations = 20, group_size = 8, context = 65536, max_problems = 0, copy_mb = 1024;
   uint64_t seed = 1;
   CLI::App app{"bench_union_replay: group-union exact vs per-query sparse verify on recorded real selections"};
   app.add_option("--file", file, "selections (bench/selection_overlap.py export)")->required();
@@ -189,6 +189,8 @@ int main(int argc, char** argv) {
   app.add_option("--context", context, "llama8b: committed tokens")->check(CLI::Range(1024, 1 << 20));
   app.add_option("--max-problems", max_problems, "per shape, 0 = all");
   app.add_option("--seed", seed, "random overlap baseline and KV values");
+  app.add_option("--copy-mb", copy_mb, "buffer of the copy-bandwidth measurement (small under compute-sanitizer)")
+      ->check(CLI::Range(1, 8192));
   CLI11_PARSE(app, argc, argv);
   std::vector<SelectionCase> cases;
   std::string error;
@@ -203,8 +205,9 @@ int main(int argc, char** argv) {
   DeviceInfo dev;
   device_info(0, &dev);
   CopyBandwidth memcpy_bw, kernel_bw;
-  if (!measure_copy_bandwidth(1ull << 30, 20, &memcpy_bw, &error) ||
-      !measure_kernel_copy_bandwidth(1ull << 30, 20, &kernel_bw, &error)) {
+  const uint64_t copy_bytes = uint64_t(copy_mb) << 20;
+  if (!measure_copy_bandwidth(copy_bytes, 20, &memcpy_bw, &error) ||
+      !measure_kernel_copy_bandwidth(copy_bytes, 20, &kernel_bw, &error)) {
     std::fprintf(stderr, "bench_union_replay: %s\n", error.c_str());
     return 1;
   }
