@@ -97,10 +97,16 @@ std::vector<std::vector<std::vector<int32_t>>> mapped_sets(const std::vector<Sel
     const auto& rows = c.blocks.at(size_t(heads[size_t(h)].head));
     for (int i = 0; i < shape.nodes; ++i) {
       auto& set = out[size_t(h)][size_t(i)];
+      const int nb = c.committed_blocks, S = shape.committed_blocks, copies = std::max(1, S / nb);
       for (int32_t b : rows.at(size_t(c.order.at(size_t(i))))) {
-        const auto [first, last] = stretch(b, c.committed_blocks, shape.committed_blocks);
-        for (int x = first; x < last; ++x) set.push_back(x);
+        if (shape.interleave) {
+          for (int j = 0; j < copies; ++j) set.push_back(b + j * nb);
+        } else {
+          const auto [first, last] = stretch(b, nb, S);
+          for (int x = first; x < last; ++x) set.push_back(x);
+        }
       }
+      std::sort(set.begin(), set.end());
     }
   }
   return out;

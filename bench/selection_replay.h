@@ -34,12 +34,15 @@ struct ReplayShape {
   int nodes = 64;
   int prefix_len = 0;  // committed tokens in the problem
   int block_size = 16;
-  // Committed blocks of the problem (prefix_len / block_size rounded up). A source block b of a
-  // case with nb committed blocks maps to problem blocks [b·S/nb, (b+1)·S/nb) (S = this): S = nb
-  // replays the real lists as they are; S > nb stretches each real block over S/nb blocks, which
-  // keeps every set's share of the context and the overlap between sets (Jaccard, union size)
-  // exactly when nb divides S.
+  // Committed blocks of the problem (prefix_len / block_size rounded up), S. S = nb (the case's
+  // committed blocks) replays the real lists as they are. S > nb maps each real block b to
+  // several problem blocks, keeping every set's share of the context and the overlap between sets
+  // (Jaccard, union size; exactly when nb divides S):
+  //   stretch     [b·S/nb, (b+1)·S/nb): runs of ~S/nb neighbours, one membership mask for the run
+  //   interleave  b + j·nb for j < S/nb (floor): the real sequence of blocks and masks repeated
+  //               S/nb times, so consecutive blocks change membership as often as the real ones
   int committed_blocks = 0;
+  bool interleave = false;
 };
 
 // Host copy of BlockLists: [groups][kv_heads][max_blocks] ids (ascending) and member masks,

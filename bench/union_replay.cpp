@@ -9,8 +9,9 @@
 //   real     the case's own KV heads (SmolLM2-135M: 3), GQA 3 (9 q heads), its committed context
 //            (~4K tokens), head_dim 128 (the kernels' only one; the model's is 64)
 //   llama8b  8 KV heads, 32 q heads, --context tokens: KV head h takes layer 3j + h / 3, head h % 3
-//            of one round (problem j), every real block stretched over context / (16 · nb) blocks
-//            ("real overlap pattern, synthetic shape")
+//            of one round (problem j), each real block mapped to ~context / (16 · nb) blocks by
+//            --mapping stretch (neighbours) or interleave (the real sequence repeated; see
+//            ReplayShape) ("real overlap pattern, synthetic shape")
 // Overlaps: "real" as recorded; "random" the same cases with every row's scored blocks (all but
 // block 0 and the last two, which the sink and local rules force) drawn uniformly from the others,
 // same counts: the overlap random data gives, at the same list sizes.
@@ -90,7 +91,8 @@ struct Problem {
   ReplayShape shape;
 };
 
-std::vector<Problem> problems_for(const std::vector<SelectionCase>& cases, const std::string& shape, int context) {
+std::vector<Problem> problems_for(const std::vector<SelectionCase>& cases, const std::string& shape, int context,
+                                  bool interleave) {
   std::vector<Problem> out;
   if (shape == "real") {
     for (int c = 0; c < static_cast<int>(cases.size()); ++c) {
@@ -124,6 +126,7 @@ std::vector<Problem> problems_for(const std::vector<SelectionCase>& cases, const
       p.shape.kv_heads = 8;
       p.shape.prefix_len = context;
       p.shape.committed_blocks = (context + kAttnBlockSize - 1) / kAttnBlockSize;
+      p.shape.interleave = interleave;
       out.push_back(p);
     }
   }
@@ -178,6 +181,7 @@ int main(int argc, char** argv) {
   std::vector<int> node_counts = {16, 32, 64};
   int iterations = 20, group_size = 8, context = 65536, max_problems = 0, copy_mb = 1024;
   uint64_t seed = 1;
+  std::string mapping = "stretch";
   CLI::App app{"bench_union_replay: group-union exact vs per-query sparse verify on recorded real selections"};
   app.add_option("--file", file, "selections (bench/selection_overlap.py export)")->required();
   app.add_option("--commit", commit);
@@ -188,6 +192,8 @@ int main(int argc, char** argv) {
   app.add_option("--group-size", group_size)->check(CLI::Range(2, 64));
   app.add_option("--context", context, "llama8b: committed tokens")->check(CLI::Range(1024, 1 << 20));
   app.add_option("--max-problems", max_problems, "per shape, 0 = all");
+  app.add_option("--mapping", mapping, "llama8b: real block -> problem blocks")
+      ->check(CLI::IsMember({"stretch", "interleave"}));
   app.add_option("--seed", seed, "random overlap baseline and KV values");
   app.add_option("--copy-mb", copy_mb, "buffer of the copy-bandwidth measurement (small under compute-sanitizer)")
       ->check(CLI::Range(1, 8192));
@@ -219,7 +225,7 @@ int main(int argc, char** argv) {
   nlohmann::json rows = nlohmann::json::array(), summary = nlohmann::json::array();
   double worst_mode_diff = 0;
   for (const std::string& shape : shapes) {
-    auto problems = problems_for(cases, shape, context);
+    auto problems = problems_for(cases, shape, context, mapping == "interleave");
     if (max_problems > 0 && static_cast<int>(problems.size()) > max_problems) problems.resize(size_t(max_problems));
     if (problems.empty()) continue;
     const int kv_heads = problems[0].shape.kv_heads, q_heads = kv_heads * (shape == "real" ? 3 : 4);
@@ -383,6 +389,7 @@ int main(int argc, char** argv) {
       {"command", specula::bench::command_line(argc, argv)},
       {"seed", seed},
       {"group_size", group_size},
+      {"mapping", mapping},
       {"selections", file},
       {"cases", cases.size()},
       {"copy_bandwidth_GBps", copy_GBps},

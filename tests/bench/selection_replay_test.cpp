@@ -131,6 +131,26 @@ TEST(SelectionReplay, StretchKeepsOverlapAndAddsTreeBlocks) {
   EXPECT_EQ(count_lists(build_lists(cases, heads, shape, 4)).loaded, 2 * 13);
 }
 
+TEST(SelectionReplay, InterleaveRepeatsTheRealSequence) {
+  const auto cases = read_small();
+  ReplayShape shape;
+  shape.kv_heads = 1;
+  shape.nodes = 4;
+  shape.prefix_len = 272;
+  shape.committed_blocks = 17;  // 17 / 8 = 2 copies; block 16 never listed as committed
+  shape.interleave = true;
+  const auto sets = mapped_sets(cases, {{0, 0}}, shape);
+  EXPECT_EQ(sets[0][0], (std::vector<int32_t>{0, 3, 6, 7, 8, 11, 14, 15}));
+  EXPECT_EQ(sets[0][3], (std::vector<int32_t>{0, 5, 6, 7, 8, 13, 14, 15}));
+  const HostLists gu = build_lists(cases, {{0, 0}}, shape, 4);
+  // Union {0,3,4,5,6,7} twice + tree block 17; block 3's members (nodes 0, 2) again at 11.
+  ASSERT_EQ(gu.counts[0], 13);
+  EXPECT_EQ(gu.blocks[12], 17);
+  EXPECT_EQ(gu.members[1], 0b0101u);
+  EXPECT_EQ(gu.blocks[7], 11);
+  EXPECT_EQ(gu.members[7], 0b0101u);
+}
+
 TEST(SelectionReplay, AncestorsFollowTheTraversalOrder) {
   EXPECT_EQ(ancestor_masks(read_small()[0], 4), (std::vector<uint64_t>{0b0001, 0b0011, 0b0101, 0b1011}));
   // Nodes 1 and 2 swap rows: node 3 (row 3) now hangs under node 2 (row 1).
