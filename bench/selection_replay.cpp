@@ -156,6 +156,22 @@ HostLists build_lists(const std::vector<SelectionCase>& cases, const std::vector
   return l;
 }
 
+HostLists with_capacity(const HostLists& l, int max_blocks) {
+  HostLists out = l;
+  out.max_blocks = std::max(max_blocks, l.max_blocks);
+  const size_t pairs = size_t(l.groups) * l.kv_heads;
+  out.blocks.assign(pairs * out.max_blocks, 0);
+  out.members.assign(pairs * out.max_blocks, 0);
+  for (size_t p = 0; p < pairs; ++p) {
+    const auto n = static_cast<std::ptrdiff_t>(l.counts[p]);
+    const auto from = static_cast<std::ptrdiff_t>(p * l.max_blocks),
+               to = static_cast<std::ptrdiff_t>(p * out.max_blocks);
+    std::copy(l.blocks.begin() + from, l.blocks.begin() + from + n, out.blocks.begin() + to);
+    std::copy(l.members.begin() + from, l.members.begin() + from + n, out.members.begin() + to);
+  }
+  return out;
+}
+
 std::vector<uint64_t> ancestor_masks(const SelectionCase& c, int nodes) {
   std::vector<int> node_of(size_t(c.rows), -1);
   for (int i = 0; i < nodes; ++i) node_of[size_t(c.order.at(size_t(i)))] = i;

@@ -60,6 +60,11 @@ struct HostLists {
 HostLists build_lists(const std::vector<SelectionCase>& cases, const std::vector<HeadSource>& heads,
                       const ReplayShape& shape, int group_size);
 
+// The same lists laid out with room for max_blocks (>= l.max_blocks) entries per (group, kv head),
+// counts unchanged: the capacity select_blocks allocates (select_list_shape: group size x the
+// per-node list size), which the attention kernel's plan sizes its chunks by.
+HostLists with_capacity(const HostLists& l, int max_blocks);
+
 // Ancestor masks of the first `nodes` kernel nodes (bit j of entry i: node j is node i or its ancestor).
 std::vector<uint64_t> ancestor_masks(const SelectionCase& c, int nodes);
 

@@ -182,6 +182,7 @@ int main(int argc, char** argv) {
   int iterations = 20, group_size = 8, context = 65536, max_problems = 0, copy_mb = 1024;
   uint64_t seed = 1;
   std::string mapping = "stretch";
+  bool capacity_mode = false;
   CLI::App app{"bench_union_replay: group-union exact vs per-query sparse verify on recorded real selections"};
   app.add_option("--file", file, "selections (bench/selection_overlap.py export)")->required();
   app.add_option("--commit", commit);
@@ -192,6 +193,9 @@ int main(int argc, char** argv) {
   app.add_option("--group-size", group_size)->check(CLI::Range(2, 64));
   app.add_option("--context", context, "llama8b: committed tokens")->check(CLI::Range(1024, 1 << 20));
   app.add_option("--max-problems", max_problems, "per shape, 0 = all");
+  app.add_flag("--capacity-mode", capacity_mode,
+               "also time group-union with lists laid out at select_blocks' capacity (group size x per-node "
+               "list size), which the kernel's plan sizes its chunks by");
   app.add_option("--mapping", mapping, "llama8b: real block -> problem blocks")
       ->check(CLI::IsMember({"stretch", "interleave"}));
   app.add_option("--seed", seed, "random overlap baseline and KV values");
@@ -275,9 +279,36 @@ int main(int argc, char** argv) {
           const auto [jaccard, union_over_sizes] =
               overlap_of(specula::bench::mapped_sets(src, pb.heads, rs), group_size);
           const double io_bytes = 2.0 * nodes * q_heads * kAttnHeadDim * 2 + nodes * 8.0;
-          for (int m = 0; m < 2; ++m) {
+          // Each union mode's output against per-query's: the same blocks per node, so equal up to
+          // summation order.
+          const auto compare = [&]() {
+            CHECK_CUDA(cudaDeviceSynchronize());
+            std::vector<uint16_t> a(size_t(nodes) * q_heads * kAttnHeadDim), b(a.size());
+            CHECK_CUDA(cudaMemcpy(a.data(), out_pq, a.size() * 2, cudaMemcpyDeviceToHost));
+            CHECK_CUDA(cudaMemcpy(b.data(), out_gu, b.size() * 2, cudaMemcpyDeviceToHost));
+            double num = 0, den = 0;
+            for (size_t i = 0; i < a.size(); ++i) {
+              const double x = bf16_to_float(a[i]), y = bf16_to_float(b[i]);
+              if (!std::isfinite(x) || !std::isfinite(y)) {
+                std::fprintf(stderr,
+                             "bench_union_replay: %s problem %zu nodes %d: output %zu not written or not finite\n",
+                             shape.c_str(), pi, nodes, i);
+                std::exit(1);
+              }
+              num += (x - y) * (x - y);
+              den += y * y;
+            }
+            worst_mode_diff = std::max(worst_mode_diff, std::sqrt(num / std::max(den, 1e-30)));
+          };
+          int per_query_max_blocks = 0;
+          for (int m = 0; m < (capacity_mode ? 3 : 2); ++m) {
             const int gs = m == 0 ? 1 : group_size;
-            const HostLists hl = specula::bench::build_lists(src, pb.heads, rs, gs);
+            HostLists hl = specula::bench::build_lists(src, pb.heads, rs, gs);
+            if (m == 0) per_query_max_blocks = hl.max_blocks;
+            if (m == 2) {
+              const int all_blocks = (rs.prefix_len + nodes + kAttnBlockSize - 1) / kAttnBlockSize;
+              hl = specula::bench::with_capacity(hl, std::min(all_blocks, gs * per_query_max_blocks));
+            }
             const auto counts = specula::bench::count_lists(hl);
             BlockLists lists{upload(hl.blocks), upload(hl.members), upload(hl.counts),
                              hl.groups,         hl.group_size,      hl.max_blocks};
@@ -297,7 +328,7 @@ int main(int argc, char** argv) {
             const double list_bytes = double(counts.loaded) * 12.0 + hl.groups * kv_heads * 4.0;
             const double unique_bytes = double(counts.unique) * 2 * kBlockBytes + list_bytes + io_bytes;
             const double loaded_bytes = double(counts.loaded) * 2 * kBlockBytes + list_bytes + io_bytes;
-            const std::string mode = m == 0 ? "per_query" : "group_union";
+            const std::string mode = m == 0 ? "per_query" : m == 1 ? "group_union" : "group_union_capacity";
             rows.push_back({{"shape", shape},
                             {"overlap", overlap},
                             {"problem", pi},
@@ -311,6 +342,7 @@ int main(int argc, char** argv) {
                             {"committed_blocks", rs.committed_blocks},
                             {"jaccard_in_group", jaccard},
                             {"union_over_sizes_in_group", union_over_sizes},
+                            {"list_capacity", hl.max_blocks},
                             {"blocks_loaded", counts.loaded},
                             {"blocks_unique", counts.unique},
                             {"ms", ms},
@@ -324,25 +356,8 @@ int main(int argc, char** argv) {
             cudaFree(lists.blocks);
             cudaFree(lists.members);
             cudaFree(lists.counts);
+            if (m > 0) compare();
           }
-          // Both modes give each node the same blocks: the outputs must agree up to summation order.
-          CHECK_CUDA(cudaDeviceSynchronize());
-          std::vector<uint16_t> a(size_t(nodes) * q_heads * kAttnHeadDim), b(a.size());
-          CHECK_CUDA(cudaMemcpy(a.data(), out_pq, a.size() * 2, cudaMemcpyDeviceToHost));
-          CHECK_CUDA(cudaMemcpy(b.data(), out_gu, b.size() * 2, cudaMemcpyDeviceToHost));
-          double num = 0, den = 0;
-          for (size_t i = 0; i < a.size(); ++i) {
-            const double x = bf16_to_float(a[i]), y = bf16_to_float(b[i]);
-            if (!std::isfinite(x) || !std::isfinite(y)) {
-              std::fprintf(stderr,
-                           "bench_union_replay: %s problem %zu nodes %d: output %zu not written or not finite\n",
-                           shape.c_str(), pi, nodes, i);
-              return 1;
-            }
-            num += (x - y) * (x - y);
-            den += y * y;
-          }
-          worst_mode_diff = std::max(worst_mode_diff, std::sqrt(num / std::max(den, 1e-30)));
           cudaFree(anc);
         }
       }
@@ -406,10 +421,10 @@ int main(int argc, char** argv) {
       {"rows", rows},
   };
   std::printf("copy %.0f GB/s; per-query vs group-union output rel err max %.2g\n", copy_GBps, worst_mode_diff);
-  std::printf("%-8s %-7s %5s %-12s %9s %10s %10s %9s %9s %8s %8s\n", "shape", "overlap", "nodes", "mode", "mean_ms",
+  std::printf("%-8s %-7s %5s %-20s %9s %10s %10s %9s %9s %8s %8s\n", "shape", "overlap", "nodes", "mode", "mean_ms",
               "MB_unique", "MB_loaded", "GBps_ld", "copy_ld", "ld/pq", "t/pq");
   for (const auto& r : summary) {
-    std::printf("%-8s %-7s %5d %-12s %9.4f %10.2f %10.2f %9.0f %8.0f%% %8.3f %8.3f\n",
+    std::printf("%-8s %-7s %5d %-20s %9.4f %10.2f %10.2f %9.0f %8.0f%% %8.3f %8.3f\n",
                 r["shape"].get<std::string>().c_str(), r["overlap"].get<std::string>().c_str(), r["nodes"].get<int>(),
                 r["mode"].get<std::string>().c_str(), r["mean_ms"].get<double>(),
                 r["mean_bytes_unique"].get<double>() / 1e6, r["mean_bytes_loaded"].get<double>() / 1e6,

@@ -107,10 +107,23 @@ TEST(SelectionReplay, PerQueryAndGroupUnionLists) {
             (std::vector<uint64_t>{0b1111, 0b0101, 0b0010, 0b1000, 0b1111, 0b1111}));
   EXPECT_EQ(count_lists(gu).loaded, 6);
 
+  const HostLists roomy = with_capacity(gu, 16);
+  EXPECT_EQ(roomy.max_blocks, 16);
+  EXPECT_EQ(roomy.counts, gu.counts);
+  EXPECT_EQ(std::vector<int32_t>(roomy.blocks.begin(), roomy.blocks.begin() + 6),
+            std::vector<int32_t>(gu.blocks.begin(), gu.blocks.begin() + 6));
+  EXPECT_EQ(roomy.members[1], 0b0101u);
+  EXPECT_EQ(count_lists(roomy).loaded, 6);
+
   const HostLists pairs = build_lists(cases, heads, shape, 2);  // {0,3,4,6,7} and {0,3,5,6,7}
   EXPECT_EQ(pairs.counts, (std::vector<int32_t>{5, 5}));
   EXPECT_EQ(count_lists(pairs).loaded, 10);
   EXPECT_EQ(count_lists(pairs).unique, 6);
+  const HostLists pairs_roomy = with_capacity(pairs, 8);  // group 1 now starts at entry 8
+  EXPECT_EQ(std::vector<int32_t>(pairs_roomy.blocks.begin() + 8, pairs_roomy.blocks.begin() + 13),
+            (std::vector<int32_t>{0, 3, 5, 6, 7}));
+  EXPECT_EQ(pairs_roomy.blocks[13], 0);
+  EXPECT_EQ(count_lists(pairs_roomy).loaded, 10);
 }
 
 TEST(SelectionReplay, StretchKeepsOverlapAndAddsTreeBlocks) {
