@@ -51,15 +51,23 @@ int64_t CudaBackend::kv_row_bytes() const {
 }
 
 Expected<ModelConfig> synthetic_config(const std::string& name) {
-  // Published shapes (config.json of each model); Llama 3.1 uses half-split RoPE, theta 5e5.
+  // Published shapes (config.json of each model). Llama 3.1: half-split RoPE, theta 5e5;
+  // smollm2-135m is the default model's (SmolLM2-135M-Instruct: tied embeddings, theta 1e5,
+  // adjacent pairs as the loader sets them for a llama GGUF), to time its decode step without
+  // carrying the GGUF.
   struct Shape {
     const char* name;
-    int64_t layers, dim, heads, kv_heads, head_dim, ffn, vocab;
+    int64_t layers, dim, heads, kv_heads, head_dim, ffn, vocab, context;
+    float rope_theta;
+    bool tied, adjacent;
   };
   static constexpr Shape kShapes[] = {
-      {"llama-3.1-8b", 32, 4096, 32, 8, 128, 14336, 128256},
-      {"llama-3.1-70b", 80, 8192, 64, 8, 128, 28672, 128256},      // 141 GB of bf16: more than an H100 holds
-      {"llama-3.1-405b", 126, 16384, 128, 8, 128, 53248, 128256},  // 811 GB: more than any one GPU holds
+      {"llama-3.1-8b", 32, 4096, 32, 8, 128, 14336, 128256, 131072, 500000.0f, false, false},
+      // 141 GB of bf16: more than an H100 holds
+      {"llama-3.1-70b", 80, 8192, 64, 8, 128, 28672, 128256, 131072, 500000.0f, false, false},
+      // 811 GB: more than any one GPU holds
+      {"llama-3.1-405b", 126, 16384, 128, 8, 128, 53248, 128256, 131072, 500000.0f, false, false},
+      {"smollm2-135m", 30, 576, 9, 3, 64, 1536, 49152, 8192, 100000.0f, true, true},
   };
   std::string known;
   for (const Shape& s : kShapes) {
@@ -75,11 +83,11 @@ Expected<ModelConfig> synthetic_config(const std::string& name) {
     c.head_dim = s.head_dim;
     c.ffn_dim = s.ffn;
     c.vocab_size = s.vocab;
-    c.context_length = 131072;
-    c.rope_theta = 500000.0f;
+    c.context_length = s.context;
+    c.rope_theta = s.rope_theta;
     c.rms_eps = 1e-5f;
-    c.tied_embeddings = false;
-    c.rope_style = RopeStyle::HalfSplit;
+    c.tied_embeddings = s.tied;
+    c.rope_style = s.adjacent ? RopeStyle::AdjacentPairs : RopeStyle::HalfSplit;
     return c;
   }
   return make_error("--synthetic: unknown shape '" + name + "' (known: " + known + ")");
