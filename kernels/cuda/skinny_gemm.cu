@@ -55,8 +55,10 @@ __global__ void __launch_bounds__(kWarps * 32) skinny_kernel(const bf16_bits* __
   for (int r = 0; r < kRows; ++r) wrow[r] = reinterpret_cast<const uint4*>(W + (n + r * N) * K);
   // The first kPrefetch steps' weights are loaded before waiting for the kernel before this one
   // (kernels/cuda/pdl.cuh): weights are never written, and their loads then overlap its tail.
-  // 4 steps cover a 512-wide row; SmolLM2's 576 and 1536 finish in the loop.
-  constexpr int kPrefetch = 4;
+  // A step is 256 k. One row (a decode step): 8 steps, K ≤ 2048, so all of SmolLM2's rows
+  // (576, and 1536 for the down projection) are in flight before the wait; more rows keep 4
+  // (their accumulators need the registers).
+  constexpr int kPrefetch = TC == 1 ? 8 : 4;
   uint4 pre[kRows][kPrefetch];
 #pragma unroll
   for (int i = 0; i < kPrefetch; ++i) {
