@@ -20,6 +20,7 @@
 #include "kernels/cpu/dequant.h"
 #include "kernels/cpu/tensor_type.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/decode_attention.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/model_ops.h"
 #include "kernels/cuda/skinny_gemm.h"
@@ -222,8 +223,9 @@ struct CudaBackend::Impl {
   int64_t scratch_generation = 0;  // bumped when the scratch moves (captured graphs go stale)
   bool cuda_graphs = true;
   bool tree_attention_kernels = false;
-  int32_t* host_ids = nullptr;   // pinned staging: tokens (T), positions (T), step (committed, first_new)
-  uint8_t* host_mask = nullptr;  // pinned, scratch_T²
+  bool fused_decode_attention = true;  // CudaBackendOptions::fused_decode_attention
+  int32_t* host_ids = nullptr;         // pinned staging: tokens (T), positions (T), step (committed, first_new)
+  uint8_t* host_mask = nullptr;        // pinned, scratch_T²
 
   ~Impl() {
     if (host_ids) cudaFreeHost(host_ids);
@@ -1043,21 +1045,28 @@ class CudaSession final : public BackendSession {
     for (int64_t l = 0; l < c.n_layers; ++l) {
       const GpuLayer& L = b.layers[static_cast<size_t>(l)];
       const cuda::PagedKvLayer& kv = layers_[static_cast<size_t>(l)];
-      // Six launches a layer at decode: norm+QKV, RoPE+append, attention, Wo (+residual),
+      // Five launches a layer at decode: norm+QKV, RoPE+append+attention, Wo (+residual),
       // norm+gate_up+SwiGLU, down (+residual); larger batches split the fused ones.
       if (auto ok = b.gemm_norm(L.qkv.get(), ld, dim, b.x.get(), T, L.attn_norm.get(), b.qkv.get(), ld); !ok) return ok;
-      if (T == 1) {
-        cuda::rope_append_decode_at(b.qkv.get(), c.n_heads, c.n_kv_heads, c.head_dim, pos_dev, c.rope_theta, adjacent,
-                                    kv, qd + kvd, step_dev, s);
-      } else {
-        cuda::rope_append_at(b.qkv.get(), ld, T, c.n_heads, c.n_kv_heads, c.head_dim, pos_dev, c.rope_theta, adjacent,
-                             kv, qd + kvd, step_dev, s);
-      }
-      if (plan) {
-        if (auto ok = planned_attention(*plan, static_cast<int>(l), kv, T, mask_dev, step_dev); !ok) return ok;
-      } else {
-        cuda::attention_at(b.qkv.get(), ld, T, c.n_heads, kv, step_dev, mask_dev, scale, b.att.get(), s,
-                           T <= kMaxGraphRows ? split_ : cuda::AttentionSplit{});
+      // A decode step's RoPE, K/V append and attention in one launch (kernels/cuda/decode_attention.h;
+      // it takes head_dim 64 and 128), else RoPE+append, then attention.
+      const bool fused = T == 1 && !mask_dev && !plan && b.fused_decode_attention &&
+                         cuda::decode_attention_at(b.qkv.get(), c.n_heads, qd + kvd, pos_dev, c.rope_theta, adjacent,
+                                                   kv, step_dev, scale, b.att.get(), split_, s);
+      if (!fused) {
+        if (T == 1) {
+          cuda::rope_append_decode_at(b.qkv.get(), c.n_heads, c.n_kv_heads, c.head_dim, pos_dev, c.rope_theta, adjacent,
+                                      kv, qd + kvd, step_dev, s);
+        } else {
+          cuda::rope_append_at(b.qkv.get(), ld, T, c.n_heads, c.n_kv_heads, c.head_dim, pos_dev, c.rope_theta, adjacent,
+                               kv, qd + kvd, step_dev, s);
+        }
+        if (plan) {
+          if (auto ok = planned_attention(*plan, static_cast<int>(l), kv, T, mask_dev, step_dev); !ok) return ok;
+        } else {
+          cuda::attention_at(b.qkv.get(), ld, T, c.n_heads, kv, step_dev, mask_dev, scale, b.att.get(), s,
+                             T <= kMaxGraphRows ? split_ : cuda::AttentionSplit{});
+        }
       }
       if (auto ok = b.gemm(L.wo.get(), dim, qd, b.att.get(), T, b.x.get(), dim, true); !ok) return ok;
       if (ffn_sparse) {
@@ -1265,6 +1274,7 @@ Expected<std::unique_ptr<CudaBackend>> make_cuda_backend(const Model& model, con
   if (auto ok = backend->impl_->init(options.device); !ok) return ok.error();
   backend->impl_->cuda_graphs = options.cuda_graphs;
   backend->impl_->tree_attention_kernels = options.tree_attention_kernels;
+  backend->impl_->fused_decode_attention = options.fused_decode_attention;
   if (auto ok = backend->impl_->load(model); !ok) return ok.error();
   if (auto ok = warm_up(*backend); !ok) return ok.error();
   return backend;
@@ -1276,6 +1286,7 @@ Expected<std::unique_ptr<CudaBackend>> make_synthetic_cuda_backend(const ModelCo
   if (auto ok = backend->impl_->init(options.device); !ok) return ok.error();
   backend->impl_->cuda_graphs = options.cuda_graphs;
   backend->impl_->tree_attention_kernels = options.tree_attention_kernels;
+  backend->impl_->fused_decode_attention = options.fused_decode_attention;
   if (auto ok = backend->impl_->generate_synthetic(config, seed); !ok) return ok.error();
   if (auto ok = warm_up(*backend); !ok) return ok.error();
   return backend;
