@@ -32,11 +32,11 @@ enum class Fuse { kPlain, kNorm, kNormSwiGlu };
 // Rows T ≤ TC of X against one weight row (two for kNormSwiGlu) per warp. Each lane reads 8
 // weights (16 bytes) per step, so a warp reads 512 contiguous bytes of its row; X rows come
 // through L1 (every warp of the block reads the same ones).
-template <int TC, Fuse F>
-__global__ void __launch_bounds__(kWarps * 32) skinny_kernel(const bf16_bits* __restrict__ W, int64_t N, int64_t K,
-                                                             const float* __restrict__ X, int64_t ld_x, int T,
-                                                             float* __restrict__ Y, int64_t ldy, bool accumulate,
-                                                             const float* __restrict__ gamma, float eps) {
+template <int TC, Fuse F, int kPrefetch>
+__global__ void __launch_bounds__(kWarps * 32)
+    skinny_kernel(const bf16_bits* __restrict__ W, int64_t N, int64_t K, const float* __restrict__ X, int64_t ld_x,
+                  int T, float* __restrict__ Y, int64_t ldy, bool accumulate, const float* __restrict__ gamma,
+                  float eps) {
   constexpr bool kNormed = F != Fuse::kPlain;
   constexpr int kRows = F == Fuse::kNormSwiGlu ? 2 : 1;  // weight rows per warp
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -53,12 +53,11 @@ __global__ void __launch_bounds__(kWarps * 32) skinny_kernel(const bf16_bits* __
   const uint4* wrow[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) wrow[r] = reinterpret_cast<const uint4*>(W + (n + r * N) * K);
-  // The first kPrefetch steps' weights are loaded before waiting for the kernel before this one
-  // (kernels/cuda/pdl.cuh): weights are never written, and their loads then overlap its tail.
-  // A step is 256 k. One row (a decode step): 8 steps, K ≤ 2048, so all of SmolLM2's rows
-  // (576, and 1536 for the down projection) are in flight before the wait; more rows keep 4
-  // (their accumulators need the registers).
-  constexpr int kPrefetch = TC == 1 ? 8 : 4;
+  // The first kPrefetch steps' weights (a step is 256 k) are loaded before waiting for the kernel
+  // before this one (kernels/cuda/pdl.cuh): weights are never written, and their loads then
+  // overlap its tail. launch() takes 8 for a long row at one row (SmolLM2's down projection,
+  // K 1536: all of it in flight before the wait), else 4 (K ≤ 1024 fits; more rows need the
+  // registers for their accumulators).
   uint4 pre[kRows][kPrefetch];
 #pragma unroll
   for (int i = 0; i < kPrefetch; ++i) {
@@ -136,8 +135,15 @@ template <Fuse F, int TC>
 void launch(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld_x, int T, float* Y, int64_t ldy,
             bool accumulate, const float* gamma, float eps, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>((N + kWarps - 1) / kWarps);
-  launch_pdl(skinny_kernel<TC, F>, dim3(blocks), dim3(kWarps * 32), 0, stream, W, N, K, X, ld_x, T, Y, ldy, accumulate,
-             gamma, eps);
+  if constexpr (TC == 1) {
+    if (K > 4 * 256) {
+      launch_pdl(skinny_kernel<TC, F, 8>, dim3(blocks), dim3(kWarps * 32), 0, stream, W, N, K, X, ld_x, T, Y, ldy,
+                 accumulate, gamma, eps);
+      return;
+    }
+  }
+  launch_pdl(skinny_kernel<TC, F, 4>, dim3(blocks), dim3(kWarps * 32), 0, stream, W, N, K, X, ld_x, T, Y, ldy,
+             accumulate, gamma, eps);
 }
 
 template <Fuse F>
