@@ -524,9 +524,8 @@ class CudaSession final : public BackendSession {
       split_.counters = split_counters_.get();
     }
     if (auto ok = o_parts_.allocate(c.n_heads * c.dim, "decode projection parts"); !ok) return ok;
-    if (auto ok = o_counters_.allocate(cuda::kMaxProjectionParts, "decode projection counters"); !ok) return ok;
-    SPECULA_CUDA_TRY(cudaMemset(o_counters_.get(), 0, cuda::kMaxProjectionParts * sizeof(int32_t)),
-                     "decode projection counters");
+    if (auto ok = o_counter_.allocate(1, "decode projection counter"); !ok) return ok;
+    SPECULA_CUDA_TRY(cudaMemset(o_counter_.get(), 0, sizeof(int32_t)), "decode projection counter");
     // One sequence: logical block i is physical block i. The table is there so a shared pool
     // (prefix sharing, several sequences) can later hand out blocks in any order.
     std::vector<int32_t> table(static_cast<size_t>(n_blocks_));
@@ -1056,8 +1055,8 @@ class CudaSession final : public BackendSession {
       // A decode step's RoPE, K/V append, attention and (fused_decode_projection) Wo with the
       // residual add in one launch (kernels/cuda/decode_attention.h; head_dim 64 and 128), else
       // RoPE+append, attention, Wo.
-      const cuda::HeadProjection proj{L.wo.get(), dim, b.x.get(), o_parts_.get(), o_counters_.get()};
-      const bool projected = b.fused_decode_projection && cuda::decode_projection_parts(dim, c.head_dim) > 0;
+      const cuda::HeadProjection proj{L.wo.get(), dim, b.x.get(), o_parts_.get(), o_counter_.get()};
+      const bool projected = b.fused_decode_projection;
       const bool fused =
           T == 1 && !mask_dev && !plan && b.fused_decode_attention &&
           cuda::decode_attention_at(b.qkv.get(), c.n_heads, qd + kvd, pos_dev, c.rope_theta, adjacent, kv, step_dev,
@@ -1205,7 +1204,7 @@ class CudaSession final : public BackendSession {
   DeviceBuffer<float> split_partial_;
   DeviceBuffer<int32_t> split_counters_;
   DeviceBuffer<float> o_parts_;          // decode_attention_at's projection: (n_heads, dim)
-  DeviceBuffer<int32_t> o_counters_;     // and its counters (zero between launches)
+  DeviceBuffer<int32_t> o_counter_;      // and its counter (zero between launches)
   int32_t* host_rows_ = nullptr;         // pinned staging of commit()'s row moves (from, to)
   int64_t move_capacity_ = 0;            // rows move_rows_, move_scratch_ and host_rows_ hold
   cudaEvent_t rows_uploaded_ = nullptr;  // the last commit's staging copy

@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/decode_attention.h"
 #include "kernels/cuda/pdl.cuh"
@@ -31,77 +32,51 @@ __device__ __forceinline__ int64_t slot_row(const PagedKvLayer& kv, int64_t row,
   return ((phys * kv.n_kv_heads + head) * kv.block_size + row % kv.block_size) * kv.head_dim;
 }
 
-// The output projection (HeadProjection): a thread holds kProjSlots 16-byte pieces of head h's
-// columns of wo, piece c = threadIdx.x + 128·i being row r0 + c / (kHd/8), columns
-// (c % (kHd/8))·8 .. +8; a block thus covers kProjRows rows, a "part" (64 rows at head_dim 64,
-// 32 at 128), with coalesced loads.
-constexpr int kProjSlots = 4;
 template <int kHd>
-constexpr int kProjRows = kWarps * 32 * kProjSlots / (kHd / 8);
+constexpr int kSliceRowBytes = kHd * 2 + 16;
 
+// parts[h] = wo[:, h·kHd .. +kHd] · head_out (head_out: kHd floats in shared memory, final), one
+// output row per thread; then the last head's block adds every head's part to x in head order.
+// slice: the block's copy of those columns (kSliceRowBytes rows, cp.async groups in flight), or
+// nullptr to read them from wo.
 template <int kHd>
-__device__ __forceinline__ void load_part(const HeadProjection& proj, int64_t n_heads, int64_t h, int64_t r0,
-                                          uint4 (&w)[kProjSlots]) {
-  constexpr int kChunks = kHd / 8;
+__device__ void project(const float* head_out, const HeadProjection& proj, int64_t h, int64_t n_heads,
+                        const unsigned char* slice) {
+  if (slice) asm volatile("cp.async.wait_all;\n" ::);
+  __syncthreads();  // head_out, and the slice from every thread's copies
+  const int64_t ld_wo = n_heads * kHd;
+  for (int64_t n = threadIdx.x; n < proj.dim; n += blockDim.x) {
+    const uint4* w = slice ? reinterpret_cast<const uint4*>(slice + n * kSliceRowBytes<kHd>)
+                           : reinterpret_cast<const uint4*>(proj.wo + n * ld_wo + h * kHd);
+    float dot = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kProjSlots; ++i) {
-    const int c = static_cast<int>(threadIdx.x) + kWarps * 32 * i;
-    const int64_t row = r0 + c / kChunks;
-    w[i] = row < proj.dim ? __ldg(reinterpret_cast<const uint4*>(proj.wo + row * n_heads * kHd + h * kHd) + c % kChunks)
-                          : make_uint4(0, 0, 0, 0);
+    for (int c = 0; c < kHd / 8; ++c) {
+      const uint4 v = w[c];
+      const float* o = head_out + c * 8;
+      dot += o[0] * __uint_as_float(v.x << 16) + o[1] * __uint_as_float(v.x & 0xffff0000u) +
+             o[2] * __uint_as_float(v.y << 16) + o[3] * __uint_as_float(v.y & 0xffff0000u) +
+             o[4] * __uint_as_float(v.z << 16) + o[5] * __uint_as_float(v.z & 0xffff0000u) +
+             o[6] * __uint_as_float(v.w << 16) + o[7] * __uint_as_float(v.w & 0xffff0000u);
+    }
+    proj.parts[h * proj.dim + n] = dot;
   }
-}
-
-// parts[h][rows of the part at r0] = those rows of wo's head-h columns · head_out (kHd floats in
-// shared memory, final): each thread dots its pieces, the kHd/8 lanes of a row sum by shuffles.
-template <int kHd>
-__device__ __forceinline__ void store_part(const float* head_out, const HeadProjection& proj, int64_t h, int64_t r0,
-                                           const uint4 (&w)[kProjSlots]) {
-  constexpr int kChunks = kHd / 8;
-  const int j = static_cast<int>(threadIdx.x) % kChunks;  // the same for every slot
-  float o[8];
-#pragma unroll
-  for (int e = 0; e < 8; ++e) o[e] = head_out[j * 8 + e];
-#pragma unroll
-  for (int i = 0; i < kProjSlots; ++i) {
-    const uint4 v = w[i];
-    float dot = o[0] * __uint_as_float(v.x << 16) + o[1] * __uint_as_float(v.x & 0xffff0000u) +
-                o[2] * __uint_as_float(v.y << 16) + o[3] * __uint_as_float(v.y & 0xffff0000u) +
-                o[4] * __uint_as_float(v.z << 16) + o[5] * __uint_as_float(v.z & 0xffff0000u) +
-                o[6] * __uint_as_float(v.w << 16) + o[7] * __uint_as_float(v.w & 0xffff0000u);
-#pragma unroll
-    for (int off = kChunks / 2; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-    const int64_t row = r0 + (static_cast<int>(threadIdx.x) + kWarps * 32 * i) / kChunks;
-    if (j == 0 && row < proj.dim) proj.parts[h * proj.dim + row] = dot;
-  }
-}
-
-// Called by every block that stored parts, after them: the last of n_heads blocks counted on
-// counters[counter] adds the heads' parts of rows [r0, r1) to x in head order, then resets it.
-__device__ void add_parts(const HeadProjection& proj, int64_t n_heads, int counter, int64_t r0, int64_t r1) {
   __threadfence();
   __syncthreads();
-  __shared__ bool last;
-  if (threadIdx.x == 0) last = atomicAdd(proj.counters + counter, 1) == n_heads - 1;
+  __shared__ bool last_head;
+  if (threadIdx.x == 0) last_head = atomicAdd(proj.counter, 1) == n_heads - 1;
   __syncthreads();
-  if (!last) return;
+  if (!last_head) return;
   __threadfence();
-  for (int64_t n = r0 + threadIdx.x; n < r1; n += blockDim.x) {
+  for (int64_t n = threadIdx.x; n < proj.dim; n += blockDim.x) {
     float x = proj.x[n];
     for (int64_t g = 0; g < n_heads; ++g) x += __ldcg(proj.parts + g * proj.dim + n);
     proj.x[n] = x;
   }
-  if (threadIdx.x == 0) proj.counters[counter] = 0;
+  if (threadIdx.x == 0) *proj.counter = 0;
 }
 
-// grid (n_heads, splits, parts), kWarps warps; head_dim = kHd ≤ 32 · kWarps, so each thread owns
-// at most one RoPE pair: threads [0, kHd/2) a query pair, [kHd/2, kHd) a key pair.
-// With the projection, parts = ceil(dim / kProjRows) (else 1). Rows in one split (active == 1):
-// every (head, part) block computes its head's attention (a short context: the repeats run side
-// by side and cost no time) and that part's rows of the projection, its pieces of wo loaded
-// before the wait; the last head of each part adds it to x. Rows in several splits: part 0's
-// blocks attend, the block that merges a head's splits projects all its rows (wo read then, a
-// few parts at a time), the last head adds all rows.
+// grid (n_heads, splits), kWarps warps; head_dim = kHd ≤ 32 · kWarps, so each thread owns at
+// most one RoPE pair: threads [0, kHd/2) a query pair, [kHd/2, kHd) a key pair.
 //
 // Before pdl_wait this reads only what no kernel of the running forward writes: the step and
 // positions (uploaded by a copy that the forward's first kernel waits for, and every later
@@ -113,20 +88,19 @@ __global__ void __launch_bounds__(kWarps * 32)
     decode_attention_kernel(const float* __restrict__ qkv, int64_t n_heads, int64_t v_col,
                             const int32_t* __restrict__ positions, float theta, bool adjacent, PagedKvLayer kv,
                             const int32_t* __restrict__ step, float scale, float* __restrict__ out,
-                            AttentionSplit split, HeadProjection proj) {
+                            AttentionSplit split, HeadProjection proj, bool slice_in_smem) {
   constexpr int kHalf = kHd / 2, kChunks = kHd / 8;  // RoPE pairs; 16-byte pieces of a key row
   static_assert(kHd <= kWarps * 32 && kHd % 8 == 0);
   pdl_trigger();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t h = blockIdx.x, z = blockIdx.y, part = blockIdx.z;
+  const int64_t h = blockIdx.x, z = blockIdx.y;
   const int64_t kvh = h / (n_heads / kv.n_kv_heads);
   const int64_t committed = step[0], first_new = step[1];
   const int64_t total = committed + 1;  // the committed rows, then the new one
   const bool split_on = split.splits > 1;
   const int64_t per_split = split_on ? split.rows_per_split : total;
   const int64_t active = split_on ? (total + per_split - 1) / per_split : 1;
-  if (z >= active) return;             // no rows here (a short context in a long cache)
-  if (active > 1 && part > 0) return;  // split rows: part 0 attends
+  if (z >= active) return;  // no rows here (a short context in a long cache)
   const int64_t begin = z * per_split, end = min(total, begin + per_split);
 
   // This thread's RoPE pair and angle (as rope_append_kernel: float inv_freq and angle, cos/sin
@@ -150,16 +124,28 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int c = 0; c < kChunks; ++c) kr[c] = k[c];
   };
   if (first0 + lane < min(end, committed)) load_key(first0 + lane);
-  // This block's pieces of wo (a part of head h's columns) when rows fit one split.
-  uint4 wo_part[kProjSlots];
-  if (proj.wo && active == 1) load_part<kHd>(proj, n_heads, h, part * kProjRows<kHd>, wo_part);
+  // Head h's columns of wo, into shared memory (rows padded to kSliceRowBytes: conflict-free
+  // 16-byte reads of 8 consecutive rows) by the first split's block, which finishes the head
+  // whenever the rows fit one split.
+  extern __shared__ __align__(16) unsigned char wo_slice[];
+  const bool prefetched = slice_in_smem && z == 0;
+  if (prefetched) {
+    const int64_t ld_wo = n_heads * kHd;
+    for (int64_t c = threadIdx.x; c < proj.dim * kChunks; c += blockDim.x) {
+      const int64_t n = c / kChunks, j = c % kChunks;
+      const auto dst = static_cast<unsigned>(__cvta_generic_to_shared(wo_slice + n * kSliceRowBytes<kHd> + j * 16));
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst),
+                   "l"(proj.wo + n * ld_wo + h * kHd + j * 8));
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
+  }
 
   pdl_wait();
   __shared__ float qs[kHd];
   __shared__ __align__(16) bf16_bits k_new[kHd];
   __shared__ __align__(16) bf16_bits v_new[kHd];
   // The block of query head kvh·group on the first split appends the row for its KV head.
-  const bool owner = z == 0 && part == 0 && h % (n_heads / kv.n_kv_heads) == 0;
+  const bool owner = z == 0 && h % (n_heads / kv.n_kv_heads) == 0;
   const int64_t base = slot_row(kv, first_new, kvh);
   if (threadIdx.x < kHd) {
     const bool query = threadIdx.x < kHalf;
@@ -288,15 +274,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int d = threadIdx.x; d < kHd; d += blockDim.x) {
       float v = 0.0f;
       for (int w = 0; w < kWarps; ++w) v += weights[w] * sm_acc[w][d];
-      head_out[d] = denom > 0.0f ? v / denom : 0.0f;
-      if (part == 0) out[h * kHd + d] = head_out[d];
+      head_out[d] = out[h * kHd + d] = denom > 0.0f ? v / denom : 0.0f;
     }
-    if (proj.wo) {
-      __syncthreads();
-      const int64_t r0 = part * kProjRows<kHd>;
-      store_part<kHd>(head_out, proj, h, r0, wo_part);
-      add_parts(proj, n_heads, static_cast<int>(part), r0, min(proj.dim, r0 + kProjRows<kHd>));
-    }
+    if (proj.wo) project<kHd>(head_out, proj, h, n_heads, prefetched ? wo_slice : nullptr);
     return;
   }
   // Split: as attention_kernel's, over the active splits only; the last of them to finish
@@ -316,7 +296,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   __shared__ bool last;
   if (threadIdx.x == 0) last = atomicAdd(split.counters + h, 1) == active - 1;
   __syncthreads();
-  if (!last) return;
+  if (!last) {
+    if (prefetched) asm volatile("cp.async.wait_all;\n" ::);  // no copy outlives its block
+    return;
+  }
   __threadfence();
   const float* all = split.partial + h * split.splits * (kHd + 2);
   float m_max = -INFINITY;
@@ -335,54 +318,40 @@ __global__ void __launch_bounds__(kWarps * 32)
     head_out[d] = out[h * kHd + d] = l_sum > 0.0f ? v / l_sum : 0.0f;
   }
   if (threadIdx.x == 0) split.counters[h] = 0;
-  if (proj.wo) {
-    __syncthreads();
-    // All of the head's rows, loads of kBatch parts in flight at a time.
-    constexpr int kBatch = 3;
-    for (int64_t r0 = 0; r0 < proj.dim; r0 += kBatch * kProjRows<kHd>) {
-      uint4 w[kBatch][kProjSlots];
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) load_part<kHd>(proj, n_heads, h, r0 + b * kProjRows<kHd>, w[b]);
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) store_part<kHd>(head_out, proj, h, r0 + b * kProjRows<kHd>, w[b]);
-    }
-    add_parts(proj, n_heads, 0, 0, proj.dim);
-  }
+  if (proj.wo) project<kHd>(head_out, proj, h, n_heads, prefetched ? wo_slice : nullptr);
 }
 
 }  // namespace
 
-int64_t decode_projection_parts(int64_t dim, int64_t head_dim) {
-  if (head_dim != 64 && head_dim != 128) return 0;
-  const int64_t rows = head_dim == 64 ? kProjRows<64> : kProjRows<128>;
-  const int64_t parts = (dim + rows - 1) / rows;
-  return parts <= kMaxProjectionParts ? parts : 0;
-}
-
 bool decode_attention_at(const float* qkv, int64_t n_heads, int64_t v_col, const int32_t* positions, float theta,
                          bool adjacent, const PagedKvLayer& kv, const int32_t* step, float scale, float* out,
                          const AttentionSplit& split, cudaStream_t stream, const HeadProjection* proj) {
-  if (kv.n_kv_heads <= 0 || n_heads % kv.n_kv_heads != 0 || (kv.head_dim != 64 && kv.head_dim != 128)) return false;
-  int64_t parts = 1;
-  if (proj) {
-    parts = decode_projection_parts(proj->dim, kv.head_dim);
-    if (parts == 0 || !proj->wo || !proj->x || !proj->parts || !proj->counters ||
-        reinterpret_cast<uintptr_t>(proj->wo) % 16 != 0) {
-      return false;
-    }
+  if (kv.n_kv_heads <= 0 || n_heads % kv.n_kv_heads != 0) return false;
+  if (proj && (proj->wo == nullptr || proj->dim <= 0 || !proj->x || !proj->parts || !proj->counter ||
+               reinterpret_cast<uintptr_t>(proj->wo) % 16 != 0)) {
+    return false;
   }
-  const dim3 grid(static_cast<unsigned>(n_heads), static_cast<unsigned>(split.splits > 1 ? split.splits : 1),
-                  static_cast<unsigned>(parts));
+  const dim3 grid(static_cast<unsigned>(n_heads), static_cast<unsigned>(split.splits > 1 ? split.splits : 1));
   const dim3 block(kWarps * 32);
-  const HeadProjection p = proj ? *proj : HeadProjection{};
-  if (kv.head_dim == 64) {
-    launch_pdl(decode_attention_kernel<64>, grid, block, 0, stream, qkv, n_heads, v_col, positions, theta, adjacent, kv,
-               step, scale, out, split, p);
-  } else {
-    launch_pdl(decode_attention_kernel<128>, grid, block, 0, stream, qkv, n_heads, v_col, positions, theta, adjacent,
-               kv, step, scale, out, split, p);
-  }
-  return true;
+  const HeadProjection none{};
+  auto go = [&](auto hd) -> bool {
+    constexpr int kHd = decltype(hd)::value;
+    const auto kernel = decode_attention_kernel<kHd>;
+    const int64_t slice_bytes = proj ? proj->dim * kSliceRowBytes<kHd> : 0;
+    const bool in_smem = proj && slice_bytes <= kMaxProjectionSliceBytes;
+    if (in_smem && slice_bytes > 48 * 1024) {
+      // Once per kernel: the dynamic shared memory above the default 48 KB must be asked for.
+      static const cudaError_t raised =
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxProjectionSliceBytes);
+      if (raised != cudaSuccess) return false;
+    }
+    launch_pdl(kernel, grid, block, in_smem ? static_cast<size_t>(slice_bytes) : 0, stream, qkv, n_heads, v_col,
+               positions, theta, adjacent, kv, step, scale, out, split, proj ? *proj : none, in_smem);
+    return true;
+  };
+  if (kv.head_dim == 64) return go(std::integral_constant<int, 64>{});
+  if (kv.head_dim == 128) return go(std::integral_constant<int, 128>{});
+  return false;
 }
 
 }  // namespace specula::cuda

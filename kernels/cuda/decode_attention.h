@@ -28,21 +28,19 @@ bool decode_attention_at(const float* qkv, int64_t n_heads, int64_t v_col, const
                          bool adjacent, const PagedKvLayer& kv, const int32_t* step, float scale, float* out,
                          const AttentionSplit& split, cudaStream_t stream, const HeadProjection* proj = nullptr);
 
-// The output projection inside decode_attention_at: out's head h times head h's columns of wo
-// into parts[h] (dim floats, by row ranges of 64 rows at head_dim 64, 32 at 128, one block
-// each); the last head to finish a range adds it to x in head order, x[n] += parts[0][n], then
-// parts[1][n], …, so every run gives the same bits, and sets its counter back to zero. While the
-// rows fit one split, the blocks load their pieces of wo before the wait for the QKV kernel.
+// The output projection inside decode_attention_at. The block that finishes head h multiplies
+// its output (head_dim) by head h's columns of wo into parts[h] (dim floats); the last head to
+// finish adds them to x in head order, x[n] += parts[0][n] + … + parts[n_heads-1][n] summed onto
+// x[n] one by one, so every run gives the same bits, and sets counter back to zero. Head h's
+// slice of wo (dim · head_dim bf16) goes to shared memory before the wait for the QKV kernel
+// when it fits kMaxProjectionSliceBytes (SmolLM2: 576 · 64); else it is read after the attention.
 struct HeadProjection {
-  const bf16_bits* wo = nullptr;  // (dim, n_heads · head_dim) row-major, 16-byte aligned
+  const bf16_bits* wo = nullptr;  // (dim, n_heads · head_dim) row-major
   int64_t dim = 0;
-  float* x = nullptr;           // (dim) f32: the residual stream
-  float* parts = nullptr;       // (n_heads, dim) f32 workspace
-  int32_t* counters = nullptr;  // kMaxProjectionParts int32, zero before the first launch; left zero
+  float* x = nullptr;          // (dim) f32: the residual stream
+  float* parts = nullptr;      // (n_heads, dim) f32 workspace
+  int32_t* counter = nullptr;  // one int32, zero before the first launch; each launch leaves it zero
 };
-inline constexpr int64_t kMaxProjectionParts = 16;
-// The row ranges of a dim-wide projection at this head_dim; 0 where it cannot be fused
-// (head_dim not 64 or 128, or more than kMaxProjectionParts ranges: dim > 1024 at 64, 512 at 128).
-int64_t decode_projection_parts(int64_t dim, int64_t head_dim);
+inline constexpr int64_t kMaxProjectionSliceBytes = 100 * 1024;
 
 }  // namespace specula::cuda

@@ -2,9 +2,8 @@
 // attention_at: the same bits) and against a double-precision CPU attention over the cache it
 // leaves, on random rows (fresh seed per run), both RoPE pairings, head_dim 64 and 128, with and
 // without splits, over decode steps that cross blocks and splits; and with the output projection
-// fused in (x += wo · out: its pieces of wo loaded early while the rows fit one split, else read
-// by the block that merges the splits) against double products of the kernel's own attention
-// output, twice per step for the same bits.
+// fused in (x += wo · out, wo's head slice from shared memory or from global memory) against
+// double products of the kernel's own attention output, twice per step for the same bits.
 #include "kernels/cuda/decode_attention.h"
 
 #include <cuda_bf16.h>
@@ -122,9 +121,9 @@ TEST_F(DecodeAttentionTest, EqualsRopeAppendThenAttentionAndMatchesCpu) {
         }
         Cache old_cache(blocks, kv_heads, B, hd, table), new_cache(blocks, kv_heads, B, hd, table),
             proj_cache(blocks, kv_heads, B, hd, table);
-        // The projection: dim 576 is 9 row ranges at hd 64, 18 at hd 128 (more than fuse), so 512
-        // there (16 ranges).
-        const int64_t dim = hd == 64 ? 576 : 512;
+        // The projection: dim 576 keeps hd 64's slice in shared memory (576 · 144 bytes), hd 128's
+        // (576 · 272) is read from global memory.
+        const int64_t dim = 576;
         const auto wo = bf16_weights(static_cast<size_t>(dim * qd), 0.1f);
         const auto x0 = random(static_cast<size_t>(dim), 1.0f);
         HeadProjection proj;
@@ -132,7 +131,7 @@ TEST_F(DecodeAttentionTest, EqualsRopeAppendThenAttentionAndMatchesCpu) {
         proj.dim = dim;
         proj.x = upload(x0);
         proj.parts = upload(std::vector<float>(static_cast<size_t>(heads * dim), NAN));
-        proj.counters = upload(std::vector<int32_t>(kMaxProjectionParts, 0));
+        proj.counter = upload(std::vector<int32_t>{0});
         float* out_proj = nullptr;
         ASSERT_EQ(cudaMalloc(&out_proj, qd * 4), cudaSuccess);
         double worst_proj = 0;
@@ -223,13 +222,13 @@ TEST_F(DecodeAttentionTest, EqualsRopeAppendThenAttentionAndMatchesCpu) {
         }
         std::printf("hd %lld adjacent %d split %d: worst rel L2 against the CPU %.2e, projection %.2e\n",
                     static_cast<long long>(hd), adjacent, split_on, worst, worst_proj);
-        for (int32_t c : download(proj.counters, kMaxProjectionParts)) EXPECT_EQ(c, 0);
+        EXPECT_EQ(download(proj.counter, 1)[0], 0);
         EXPECT_EQ(download(proj_cache.kv.keys, proj_cache.n_kv), download(new_cache.kv.keys, new_cache.n_kv));
         EXPECT_EQ(download(proj_cache.kv.values, proj_cache.n_kv), download(new_cache.kv.values, new_cache.n_kv));
         cudaFree(const_cast<uint16_t*>(proj.wo));
         cudaFree(proj.x);
         cudaFree(proj.parts);
-        cudaFree(proj.counters);
+        cudaFree(proj.counter);
         cudaFree(out_proj);
         // The caches and their block min/max are the same bits (rows 0..steps-1: 150 of 160).
         EXPECT_EQ(download(old_cache.kv.keys, old_cache.n_kv), download(new_cache.kv.keys, new_cache.n_kv));
@@ -268,9 +267,6 @@ TEST_F(DecodeAttentionTest, RefusesOtherHeadSizes) {
   kv.head_dim = 64;
   EXPECT_FALSE(decode_attention_at(nullptr, 5, 0, nullptr, 10000.0f, false, kv, nullptr, 1.0f, nullptr, {}, nullptr));
   HeadProjection incomplete;  // no workspace
-  EXPECT_EQ(decode_projection_parts(576, 64), 9);
-  EXPECT_EQ(decode_projection_parts(576, 128), 0);  // 18 ranges of 32 rows: the Wo GEMV does it
-  EXPECT_EQ(decode_projection_parts(4096, 128), 0);
   EXPECT_FALSE(decode_attention_at(nullptr, 4, 0, nullptr, 10000.0f, false, kv, nullptr, 1.0f, nullptr, {}, nullptr,
                                    &incomplete));
 }
