@@ -223,10 +223,9 @@ struct CudaBackend::Impl {
   int64_t scratch_generation = 0;  // bumped when the scratch moves (captured graphs go stale)
   bool cuda_graphs = true;
   bool tree_attention_kernels = false;
-  bool fused_decode_attention = true;   // CudaBackendOptions::fused_decode_attention
-  bool fused_decode_projection = true;  // CudaBackendOptions::fused_decode_projection
-  int32_t* host_ids = nullptr;          // pinned staging: tokens (T), positions (T), step (committed, first_new)
-  uint8_t* host_mask = nullptr;         // pinned, scratch_T²
+  bool fused_decode_attention = true;  // CudaBackendOptions::fused_decode_attention
+  int32_t* host_ids = nullptr;         // pinned staging: tokens (T), positions (T), step (committed, first_new)
+  uint8_t* host_mask = nullptr;        // pinned, scratch_T²
 
   ~Impl() {
     if (host_ids) cudaFreeHost(host_ids);
@@ -523,9 +522,6 @@ class CudaSession final : public BackendSession {
       split_.partial = split_partial_.get();
       split_.counters = split_counters_.get();
     }
-    if (auto ok = o_parts_.allocate(c.n_heads * c.dim, "decode projection parts"); !ok) return ok;
-    if (auto ok = o_counter_.allocate(1, "decode projection counter"); !ok) return ok;
-    SPECULA_CUDA_TRY(cudaMemset(o_counter_.get(), 0, sizeof(int32_t)), "decode projection counter");
     // One sequence: logical block i is physical block i. The table is there so a shared pool
     // (prefix sharing, several sequences) can later hand out blocks in any order.
     std::vector<int32_t> table(static_cast<size_t>(n_blocks_));
@@ -1049,18 +1045,14 @@ class CudaSession final : public BackendSession {
     for (int64_t l = 0; l < c.n_layers; ++l) {
       const GpuLayer& L = b.layers[static_cast<size_t>(l)];
       const cuda::PagedKvLayer& kv = layers_[static_cast<size_t>(l)];
-      // Four launches a layer at decode: norm+QKV, RoPE+append+attention+Wo (+residual),
+      // Five launches a layer at decode: norm+QKV, RoPE+append+attention, Wo (+residual),
       // norm+gate_up+SwiGLU, down (+residual); larger batches split the fused ones.
       if (auto ok = b.gemm_norm(L.qkv.get(), ld, dim, b.x.get(), T, L.attn_norm.get(), b.qkv.get(), ld); !ok) return ok;
-      // A decode step's RoPE, K/V append, attention and (fused_decode_projection) Wo with the
-      // residual add in one launch (kernels/cuda/decode_attention.h; head_dim 64 and 128), else
-      // RoPE+append, attention, Wo.
-      const cuda::HeadProjection proj{L.wo.get(), dim, b.x.get(), o_parts_.get(), o_counter_.get()};
-      const bool projected = b.fused_decode_projection;
-      const bool fused =
-          T == 1 && !mask_dev && !plan && b.fused_decode_attention &&
-          cuda::decode_attention_at(b.qkv.get(), c.n_heads, qd + kvd, pos_dev, c.rope_theta, adjacent, kv, step_dev,
-                                    scale, b.att.get(), split_, s, projected ? &proj : nullptr);
+      // A decode step's RoPE, K/V append and attention in one launch (kernels/cuda/decode_attention.h;
+      // it takes head_dim 64 and 128), else RoPE+append, then attention.
+      const bool fused = T == 1 && !mask_dev && !plan && b.fused_decode_attention &&
+                         cuda::decode_attention_at(b.qkv.get(), c.n_heads, qd + kvd, pos_dev, c.rope_theta, adjacent,
+                                                   kv, step_dev, scale, b.att.get(), split_, s);
       if (!fused) {
         if (T == 1) {
           cuda::rope_append_decode_at(b.qkv.get(), c.n_heads, c.n_kv_heads, c.head_dim, pos_dev, c.rope_theta, adjacent,
@@ -1076,9 +1068,7 @@ class CudaSession final : public BackendSession {
                              T <= kMaxGraphRows ? split_ : cuda::AttentionSplit{});
         }
       }
-      if (!(fused && projected)) {
-        if (auto ok = b.gemm(L.wo.get(), dim, qd, b.att.get(), T, b.x.get(), dim, true); !ok) return ok;
-      }
+      if (auto ok = b.gemm(L.wo.get(), dim, qd, b.att.get(), T, b.x.get(), dim, true); !ok) return ok;
       if (ffn_sparse) {
         if (auto ok = sparse_ffn_layer(L, T, *ffn_sparse, l); !ok) return ok;
         continue;
@@ -1203,8 +1193,6 @@ class CudaSession final : public BackendSession {
   cuda::KvLayerStrides layer_strides_;         // layers_[l] = layers_[0] + l strides
   DeviceBuffer<float> split_partial_;
   DeviceBuffer<int32_t> split_counters_;
-  DeviceBuffer<float> o_parts_;          // decode_attention_at's projection: (n_heads, dim)
-  DeviceBuffer<int32_t> o_counter_;      // and its counter (zero between launches)
   int32_t* host_rows_ = nullptr;         // pinned staging of commit()'s row moves (from, to)
   int64_t move_capacity_ = 0;            // rows move_rows_, move_scratch_ and host_rows_ hold
   cudaEvent_t rows_uploaded_ = nullptr;  // the last commit's staging copy
@@ -1287,7 +1275,6 @@ Expected<std::unique_ptr<CudaBackend>> make_cuda_backend(const Model& model, con
   backend->impl_->cuda_graphs = options.cuda_graphs;
   backend->impl_->tree_attention_kernels = options.tree_attention_kernels;
   backend->impl_->fused_decode_attention = options.fused_decode_attention;
-  backend->impl_->fused_decode_projection = options.fused_decode_projection;
   if (auto ok = backend->impl_->load(model); !ok) return ok.error();
   if (auto ok = warm_up(*backend); !ok) return ok.error();
   return backend;
@@ -1300,7 +1287,6 @@ Expected<std::unique_ptr<CudaBackend>> make_synthetic_cuda_backend(const ModelCo
   backend->impl_->cuda_graphs = options.cuda_graphs;
   backend->impl_->tree_attention_kernels = options.tree_attention_kernels;
   backend->impl_->fused_decode_attention = options.fused_decode_attention;
-  backend->impl_->fused_decode_projection = options.fused_decode_projection;
   if (auto ok = backend->impl_->generate_synthetic(config, seed); !ok) return ok.error();
   if (auto ok = warm_up(*backend); !ok) return ok.error();
   return backend;

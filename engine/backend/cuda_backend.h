@@ -27,9 +27,6 @@ struct CudaBackendOptions {
   // A decode step's RoPE, K/V append and attention in one launch (kernels/cuda/decode_attention.h)
   // instead of two; the same results. Off: the two launches (for A/B timing and ruling it out).
   bool fused_decode_attention = true;
-  // With it, the attention output projection and its residual add too (one launch fewer a layer);
-  // the sum over heads differs in order from the Wo GEMV's, so results agree to f32 rounding.
-  bool fused_decode_projection = true;
 };
 
 // True when built with CUDA and at least one GPU is visible (never prints).

@@ -1,9 +1,6 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <cstdint>
-#include <type_traits>
-
 #include "kernels/cuda/decode_attention.h"
 #include "kernels/cuda/pdl.cuh"
 
@@ -32,49 +29,6 @@ __device__ __forceinline__ int64_t slot_row(const PagedKvLayer& kv, int64_t row,
   return ((phys * kv.n_kv_heads + head) * kv.block_size + row % kv.block_size) * kv.head_dim;
 }
 
-template <int kHd>
-constexpr int kSliceRowBytes = kHd * 2 + 16;
-
-// parts[h] = wo[:, h·kHd .. +kHd] · head_out (head_out: kHd floats in shared memory, final), one
-// output row per thread; then the last head's block adds every head's part to x in head order.
-// slice: the block's copy of those columns (kSliceRowBytes rows, cp.async groups in flight), or
-// nullptr to read them from wo.
-template <int kHd>
-__device__ void project(const float* head_out, const HeadProjection& proj, int64_t h, int64_t n_heads,
-                        const unsigned char* slice) {
-  if (slice) asm volatile("cp.async.wait_all;\n" ::);
-  __syncthreads();  // head_out, and the slice from every thread's copies
-  const int64_t ld_wo = n_heads * kHd;
-  for (int64_t n = threadIdx.x; n < proj.dim; n += blockDim.x) {
-    const uint4* w = slice ? reinterpret_cast<const uint4*>(slice + n * kSliceRowBytes<kHd>)
-                           : reinterpret_cast<const uint4*>(proj.wo + n * ld_wo + h * kHd);
-    float dot = 0.0f;
-#pragma unroll
-    for (int c = 0; c < kHd / 8; ++c) {
-      const uint4 v = w[c];
-      const float* o = head_out + c * 8;
-      dot += o[0] * __uint_as_float(v.x << 16) + o[1] * __uint_as_float(v.x & 0xffff0000u) +
-             o[2] * __uint_as_float(v.y << 16) + o[3] * __uint_as_float(v.y & 0xffff0000u) +
-             o[4] * __uint_as_float(v.z << 16) + o[5] * __uint_as_float(v.z & 0xffff0000u) +
-             o[6] * __uint_as_float(v.w << 16) + o[7] * __uint_as_float(v.w & 0xffff0000u);
-    }
-    proj.parts[h * proj.dim + n] = dot;
-  }
-  __threadfence();
-  __syncthreads();
-  __shared__ bool last_head;
-  if (threadIdx.x == 0) last_head = atomicAdd(proj.counter, 1) == n_heads - 1;
-  __syncthreads();
-  if (!last_head) return;
-  __threadfence();
-  for (int64_t n = threadIdx.x; n < proj.dim; n += blockDim.x) {
-    float x = proj.x[n];
-    for (int64_t g = 0; g < n_heads; ++g) x += __ldcg(proj.parts + g * proj.dim + n);
-    proj.x[n] = x;
-  }
-  if (threadIdx.x == 0) *proj.counter = 0;
-}
-
 // grid (n_heads, splits), kWarps warps; head_dim = kHd ≤ 32 · kWarps, so each thread owns at
 // most one RoPE pair: threads [0, kHd/2) a query pair, [kHd/2, kHd) a key pair.
 //
@@ -88,7 +42,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     decode_attention_kernel(const float* __restrict__ qkv, int64_t n_heads, int64_t v_col,
                             const int32_t* __restrict__ positions, float theta, bool adjacent, PagedKvLayer kv,
                             const int32_t* __restrict__ step, float scale, float* __restrict__ out,
-                            AttentionSplit split, HeadProjection proj, bool slice_in_smem) {
+                            AttentionSplit split) {
   constexpr int kHalf = kHd / 2, kChunks = kHd / 8;  // RoPE pairs; 16-byte pieces of a key row
   static_assert(kHd <= kWarps * 32 && kHd % 8 == 0);
   pdl_trigger();
@@ -124,21 +78,6 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int c = 0; c < kChunks; ++c) kr[c] = k[c];
   };
   if (first0 + lane < min(end, committed)) load_key(first0 + lane);
-  // Head h's columns of wo, into shared memory (rows padded to kSliceRowBytes: conflict-free
-  // 16-byte reads of 8 consecutive rows) by the first split's block, which finishes the head
-  // whenever the rows fit one split.
-  extern __shared__ __align__(16) unsigned char wo_slice[];
-  const bool prefetched = slice_in_smem && z == 0;
-  if (prefetched) {
-    const int64_t ld_wo = n_heads * kHd;
-    for (int64_t c = threadIdx.x; c < proj.dim * kChunks; c += blockDim.x) {
-      const int64_t n = c / kChunks, j = c % kChunks;
-      const auto dst = static_cast<unsigned>(__cvta_generic_to_shared(wo_slice + n * kSliceRowBytes<kHd> + j * 16));
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst),
-                   "l"(proj.wo + n * ld_wo + h * kHd + j * 8));
-    }
-    asm volatile("cp.async.commit_group;\n" ::);
-  }
 
   pdl_wait();
   __shared__ float qs[kHd];
@@ -269,14 +208,12 @@ __global__ void __launch_bounds__(kWarps * 32)
     weights[w] = sm_m[w] == -INFINITY ? 0.0f : expf(sm_m[w] - m_all);
     denom += weights[w] * sm_l[w];
   }
-  __shared__ float head_out[kHd];
   if (active == 1) {
     for (int d = threadIdx.x; d < kHd; d += blockDim.x) {
       float v = 0.0f;
       for (int w = 0; w < kWarps; ++w) v += weights[w] * sm_acc[w][d];
-      head_out[d] = out[h * kHd + d] = denom > 0.0f ? v / denom : 0.0f;
+      out[h * kHd + d] = denom > 0.0f ? v / denom : 0.0f;
     }
-    if (proj.wo) project<kHd>(head_out, proj, h, n_heads, prefetched ? wo_slice : nullptr);
     return;
   }
   // Split: as attention_kernel's, over the active splits only; the last of them to finish
@@ -296,10 +233,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   __shared__ bool last;
   if (threadIdx.x == 0) last = atomicAdd(split.counters + h, 1) == active - 1;
   __syncthreads();
-  if (!last) {
-    if (prefetched) asm volatile("cp.async.wait_all;\n" ::);  // no copy outlives its block
-    return;
-  }
+  if (!last) return;
   __threadfence();
   const float* all = split.partial + h * split.splits * (kHd + 2);
   float m_max = -INFINITY;
@@ -315,43 +249,29 @@ __global__ void __launch_bounds__(kWarps * 32)
       const float ms = __ldcg(all + s * (kHd + 2));
       if (ms != -INFINITY) v += expf(ms - m_max) * __ldcg(all + s * (kHd + 2) + 2 + d);
     }
-    head_out[d] = out[h * kHd + d] = l_sum > 0.0f ? v / l_sum : 0.0f;
+    out[h * kHd + d] = l_sum > 0.0f ? v / l_sum : 0.0f;
   }
   if (threadIdx.x == 0) split.counters[h] = 0;
-  if (proj.wo) project<kHd>(head_out, proj, h, n_heads, prefetched ? wo_slice : nullptr);
 }
 
 }  // namespace
 
 bool decode_attention_at(const float* qkv, int64_t n_heads, int64_t v_col, const int32_t* positions, float theta,
                          bool adjacent, const PagedKvLayer& kv, const int32_t* step, float scale, float* out,
-                         const AttentionSplit& split, cudaStream_t stream, const HeadProjection* proj) {
+                         const AttentionSplit& split, cudaStream_t stream) {
   if (kv.n_kv_heads <= 0 || n_heads % kv.n_kv_heads != 0) return false;
-  if (proj && (proj->wo == nullptr || proj->dim <= 0 || !proj->x || !proj->parts || !proj->counter ||
-               reinterpret_cast<uintptr_t>(proj->wo) % 16 != 0)) {
-    return false;
-  }
   const dim3 grid(static_cast<unsigned>(n_heads), static_cast<unsigned>(split.splits > 1 ? split.splits : 1));
   const dim3 block(kWarps * 32);
-  const HeadProjection none{};
-  auto go = [&](auto hd) -> bool {
-    constexpr int kHd = decltype(hd)::value;
-    const auto kernel = decode_attention_kernel<kHd>;
-    const int64_t slice_bytes = proj ? proj->dim * kSliceRowBytes<kHd> : 0;
-    const bool in_smem = proj && slice_bytes <= kMaxProjectionSliceBytes;
-    if (in_smem && slice_bytes > 48 * 1024) {
-      // Once per kernel: the dynamic shared memory above the default 48 KB must be asked for.
-      static const cudaError_t raised =
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxProjectionSliceBytes);
-      if (raised != cudaSuccess) return false;
-    }
-    launch_pdl(kernel, grid, block, in_smem ? static_cast<size_t>(slice_bytes) : 0, stream, qkv, n_heads, v_col,
-               positions, theta, adjacent, kv, step, scale, out, split, proj ? *proj : none, in_smem);
-    return true;
-  };
-  if (kv.head_dim == 64) return go(std::integral_constant<int, 64>{});
-  if (kv.head_dim == 128) return go(std::integral_constant<int, 128>{});
-  return false;
+  if (kv.head_dim == 64) {
+    launch_pdl(decode_attention_kernel<64>, grid, block, 0, stream, qkv, n_heads, v_col, positions, theta, adjacent, kv,
+               step, scale, out, split);
+  } else if (kv.head_dim == 128) {
+    launch_pdl(decode_attention_kernel<128>, grid, block, 0, stream, qkv, n_heads, v_col, positions, theta, adjacent,
+               kv, step, scale, out, split);
+  } else {
+    return false;
+  }
+  return true;
 }
 
 }  // namespace specula::cuda

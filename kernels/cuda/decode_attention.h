@@ -20,27 +20,8 @@ namespace specula::cuda {
 // rows_per_split and only the ceil((committed + 1) / rows_per_split) that hold rows run; the
 // workspace as for attention_at. head_dim 64 or 128 (the kernel's templates); returns false and
 // launches nothing otherwise.
-//
-// With proj (HeadProjection below), the attention output projection and its residual add are
-// fused in too: x += wo · out, and the decode step needs no launch for Wo.
-struct HeadProjection;
 bool decode_attention_at(const float* qkv, int64_t n_heads, int64_t v_col, const int32_t* positions, float theta,
                          bool adjacent, const PagedKvLayer& kv, const int32_t* step, float scale, float* out,
-                         const AttentionSplit& split, cudaStream_t stream, const HeadProjection* proj = nullptr);
-
-// The output projection inside decode_attention_at. The block that finishes head h multiplies
-// its output (head_dim) by head h's columns of wo into parts[h] (dim floats); the last head to
-// finish adds them to x in head order, x[n] += parts[0][n] + … + parts[n_heads-1][n] summed onto
-// x[n] one by one, so every run gives the same bits, and sets counter back to zero. Head h's
-// slice of wo (dim · head_dim bf16) goes to shared memory before the wait for the QKV kernel
-// when it fits kMaxProjectionSliceBytes (SmolLM2: 576 · 64); else it is read after the attention.
-struct HeadProjection {
-  const bf16_bits* wo = nullptr;  // (dim, n_heads · head_dim) row-major
-  int64_t dim = 0;
-  float* x = nullptr;          // (dim) f32: the residual stream
-  float* parts = nullptr;      // (n_heads, dim) f32 workspace
-  int32_t* counter = nullptr;  // one int32, zero before the first launch; each launch leaves it zero
-};
-inline constexpr int64_t kMaxProjectionSliceBytes = 100 * 1024;
+                         const AttentionSplit& split, cudaStream_t stream);
 
 }  // namespace specula::cuda
