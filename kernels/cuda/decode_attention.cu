@@ -78,21 +78,6 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int c = 0; c < kChunks; ++c) kr[c] = k[c];
   };
   if (first0 + lane < min(end, committed)) load_key(first0 + lane);
-  // And at head_dim 64 their values, in the layout the weighted sum reads them (below; 128 would
-  // need 64 more registers a thread): lane (g, slice) takes rows g, g + G, … of the chunk.
-  constexpr int kLanesPerRow = kHd / 8, kGroups = 32 / kLanesPerRow, kRowsPerLane = 32 / kGroups;
-  constexpr bool kEarlyValues = kHd <= 64;
-  const int g = lane / kLanesPerRow, slice = lane % kLanesPerRow;
-  uint4 v_first[kEarlyValues ? kRowsPerLane : 1];
-  if constexpr (kEarlyValues) {
-#pragma unroll
-    for (int i = 0; i < kRowsPerLane; ++i) {
-      const int64_t idx = first0 + i * kGroups + g;
-      v_first[i] = idx < min(end, committed)
-                       ? *reinterpret_cast<const uint4*>(kv.values + slot_row(kv, idx, kvh) + slice * 8)
-                       : make_uint4(0, 0, 0, 0);
-    }
-  }
 
   pdl_wait();
   __shared__ float qs[kHd];
@@ -173,22 +158,20 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc[i] *= corr;
     // Lane = (row group g, 8-dim slice): rows g, g + G, ... of the chunk, dims slice·8..+8.
-    float pr[kRowsPerLane];
-    uint4 v[kRowsPerLane];
+    constexpr int kLanesPerRow = kHd / 8, kGroups = 32 / kLanesPerRow;
+    const int g = lane / kLanesPerRow, slice = lane % kLanesPerRow;
+    float pr[32 / kGroups];
+    uint4 v[32 / kGroups];
     const auto vbits = reinterpret_cast<unsigned long long>(vrow);
 #pragma unroll
-    for (int i = 0; i < kRowsPerLane; ++i) {
+    for (int i = 0; i < 32 / kGroups; ++i) {
       const int r = i * kGroups + g;
       pr[i] = __shfl_sync(0xffffffffu, p, r);
       const auto row = reinterpret_cast<const bf16_bits*>(__shfl_sync(0xffffffffu, vbits, r));
-      if (kEarlyValues && first == first0 && first + r < committed) {
-        v[i] = pr[i] != 0.0f ? v_first[i] : make_uint4(0, 0, 0, 0);
-      } else {
-        v[i] = pr[i] != 0.0f ? *reinterpret_cast<const uint4*>(row + slice * 8) : make_uint4(0, 0, 0, 0);
-      }
+      v[i] = pr[i] != 0.0f ? *reinterpret_cast<const uint4*>(row + slice * 8) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
-    for (int i = 0; i < kRowsPerLane; ++i) {
+    for (int i = 0; i < 32 / kGroups; ++i) {
       acc[0] += pr[i] * __uint_as_float(v[i].x << 16);
       acc[1] += pr[i] * __uint_as_float(v[i].x & 0xffff0000u);
       acc[2] += pr[i] * __uint_as_float(v[i].y << 16);
@@ -207,6 +190,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     sm_l[warp] = l;
   }
   // Sum the row groups' slices; group 0's lanes then hold dims slice·8..+8.
+  constexpr int kLanesPerRow = kHd / 8;
 #pragma unroll
   for (int o = kLanesPerRow; o < 32; o <<= 1) {
 #pragma unroll

@@ -5,8 +5,7 @@
 // (kernels/cuda/model_ops.h) in the decode step, with the same results: the new row's key and
 // value enter the scores and the weighted sum from shared memory, rounded to bf16 as the cache
 // holds them, so no block waits for another block's append. One launch fewer a layer, and the
-// RoPE angles, the step and the first keys (and values, at head_dim 64) are read before the
-// wait for the QKV projection.
+// RoPE angles, the step and the first keys are read before the wait for the QKV projection.
 #include <cstdint>
 
 #include "kernels/cuda/model_ops.h"
