@@ -334,7 +334,9 @@ int main(int argc, char** argv) {
   bool graphs = true, pdl = true, fused_attention = true;
   int64_t kv_capacity = 0;
   app.add_option("--model", model_spec, "GGUF model path or name (default: the default model)");
-  app.add_option("--synthetic", synthetic, "time random weights in these shapes instead (llama-3.1-8b | smollm2-135m)");
+  app.add_option("--synthetic", synthetic,
+                 "time random weights in these shapes instead (llama-3.1-8b, llama-3.1-70b, llama-3.1-405b, "
+                 "smollm2-135m)");
   app.add_option("--tokens", tokens, "decode steps per run")->check(CLI::Range(1, 100000));
   app.add_option("--reps", reps, "timed runs")->check(CLI::Range(1, 100));
   app.add_option("--prompt-tokens", prompt_tokens,
