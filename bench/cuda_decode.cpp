@@ -53,10 +53,13 @@ struct RunResult {
 int argmax(const std::vector<float>& v) { return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin()); }
 
 // after_prefill (may be empty) runs between the prefill and the first decode step.
+// capacity: the KV cache's rows (0: just enough, prompt + tokens + 1; a larger cache makes the
+// decode attention split its rows, kernels/cuda/model_ops.h attention_split_for).
 specula::Expected<RunResult> run_once(specula::TransformerBackend& backend, const std::vector<int32_t>& prompt,
-                                      int tokens, const std::function<specula::Status()>& after_prefill = {}) {
+                                      int tokens, const std::function<specula::Status()>& after_prefill = {},
+                                      int64_t capacity = 0) {
   const int64_t V = backend.config().vocab_size;
-  auto session = backend.start(16, static_cast<int64_t>(prompt.size()) + tokens + 1);
+  auto session = backend.start(16, std::max<int64_t>(capacity, static_cast<int64_t>(prompt.size()) + tokens + 1));
   if (!session) return session.error();
   std::vector<int32_t> pos(prompt.size());
   std::iota(pos.begin(), pos.end(), 0);
@@ -328,9 +331,12 @@ int main(int argc, char** argv) {
   std::string model_spec = "default", synthetic, profile_path, commit = "unknown", out_path;
   int tokens = 128, reps = 3, prompt_tokens = 0;
   std::vector<int> verify_nodes;
-  bool graphs = true, pdl = true;
+  bool graphs = true, pdl = true, fused_attention = true;
+  int64_t kv_capacity = 0;
   app.add_option("--model", model_spec, "GGUF model path or name (default: the default model)");
-  app.add_option("--synthetic", synthetic, "time random weights in these shapes instead (e.g. llama-3.1-8b)");
+  app.add_option("--synthetic", synthetic,
+                 "time random weights in these shapes instead (llama-3.1-8b, llama-3.1-70b, llama-3.1-405b, "
+                 "smollm2-135m)");
   app.add_option("--tokens", tokens, "decode steps per run")->check(CLI::Range(1, 100000));
   app.add_option("--reps", reps, "timed runs")->check(CLI::Range(1, 100));
   app.add_option("--prompt-tokens", prompt_tokens,
@@ -338,6 +344,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1000000));
   app.add_option("--graphs", graphs, "replay decode steps as CUDA graphs (true|false)");
   app.add_option("--pdl", pdl, "programmatic dependent launch of the decode kernels (true|false)");
+  app.add_option("--fused-decode-attention", fused_attention,
+                 "a decode step's RoPE, K/V append and attention in one launch (true|false)");
+  app.add_option("--kv-capacity", kv_capacity,
+                 "KV cache rows of the timed runs (0: prompt + tokens + 1; larger splits the decode attention)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   app.add_option("--verify-nodes", verify_nodes,
                  "also time tree verifies of these many draft nodes (a chain after the pending token, all logits, "
                  "rolled back), median of 50")
@@ -364,6 +375,7 @@ int main(int argc, char** argv) {
   specula::CudaBackendOptions options;
   options.cuda_graphs = graphs;
   options.tree_attention_kernels = long_context > 0 && tree_kernels;
+  options.fused_decode_attention = fused_attention;
   std::unique_ptr<specula::Model> model;
   std::unique_ptr<specula::CudaBackend> backend;
   std::vector<int32_t> prompt;
@@ -397,11 +409,11 @@ int main(int argc, char** argv) {
   }
 
   // Warm-up: cuBLAS handles, the graph capture, clocks.
-  if (auto w = run_once(*backend, prompt, std::min(tokens, 8)); !w) return fail(w.error().message);
+  if (auto w = run_once(*backend, prompt, std::min(tokens, 8), {}, kv_capacity); !w) return fail(w.error().message);
   std::vector<double> tps, prefill_ms;
   std::vector<int32_t> first_tokens;
   for (int r = 0; r < reps; ++r) {
-    auto run = run_once(*backend, prompt, tokens);
+    auto run = run_once(*backend, prompt, tokens, {}, kv_capacity);
     if (!run) return fail(run.error().message);
     tps.push_back(run->decoded / run->decode_s);
     prefill_ms.push_back(run->prefill_ms);
@@ -414,6 +426,8 @@ int main(int argc, char** argv) {
       {"synthetic", !synthetic.empty()},
       {"cuda_graphs", graphs},
       {"programmatic_dependent_launch", pdl},
+      {"fused_decode_attention", fused_attention},
+      {"kv_capacity", kv_capacity},
       {"prompt_tokens", prompt.size()},
       {"decode_tokens", tokens},
       {"decode_tokens_per_s_runs", tps},
@@ -495,7 +509,8 @@ int main(int argc, char** argv) {
     // Capture only the decode steps: it starts after the prefill (whose logits came back, so
     // the GPU is idle) and stops after the last step.
     KernelProfile profile;
-    auto run = run_once(*backend, prompt, tokens, [&]() { return profile.begin(profile_path); });
+    auto run = run_once(
+        *backend, prompt, tokens, [&]() { return profile.begin(profile_path); }, kv_capacity);
     if (!run) return fail(run.error().message);
     auto summary = profile.end(tokens, pdl);
     if (!summary) return fail(summary.error().message);

@@ -101,9 +101,9 @@ int main(int argc, char** argv) {
                    "MoE, exact block scoring) | cpu | cuda; --draft-backend places layerskip and model drafts")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
-  generate->add_option(
-      "--synthetic", gen.synthetic,
-      "Random bf16 weights of a known shape on the GPU, for timing only: llama-3.1-8b, llama-3.1-70b, llama-3.1-405b");
+  generate->add_option("--synthetic", gen.synthetic,
+                       "Random bf16 weights of a known shape on the GPU, for timing only: llama-3.1-8b, "
+                       "llama-3.1-70b, llama-3.1-405b, smollm2-135m");
   add_speculation_flags(generate, gen.spec);
   generate->add_option("--record", gen.record,
                        "Record the run into this session database (SQLite; open it in the app, export, diff)");

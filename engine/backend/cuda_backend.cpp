@@ -20,6 +20,7 @@
 #include "kernels/cpu/dequant.h"
 #include "kernels/cpu/tensor_type.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/decode_attention.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/model_ops.h"
 #include "kernels/cuda/skinny_gemm.h"
@@ -51,15 +52,23 @@ int64_t CudaBackend::kv_row_bytes() const {
 }
 
 Expected<ModelConfig> synthetic_config(const std::string& name) {
-  // Published shapes (config.json of each model); Llama 3.1 uses half-split RoPE, theta 5e5.
+  // Published shapes (config.json of each model). Llama 3.1: half-split RoPE, theta 5e5;
+  // smollm2-135m is the default model's (SmolLM2-135M-Instruct: tied embeddings, theta 1e5,
+  // adjacent pairs as the loader sets them for a llama GGUF), to time its decode step without
+  // carrying the GGUF.
   struct Shape {
     const char* name;
-    int64_t layers, dim, heads, kv_heads, head_dim, ffn, vocab;
+    int64_t layers, dim, heads, kv_heads, head_dim, ffn, vocab, context;
+    float rope_theta;
+    bool tied, adjacent;
   };
   static constexpr Shape kShapes[] = {
-      {"llama-3.1-8b", 32, 4096, 32, 8, 128, 14336, 128256},
-      {"llama-3.1-70b", 80, 8192, 64, 8, 128, 28672, 128256},      // 141 GB of bf16: more than an H100 holds
-      {"llama-3.1-405b", 126, 16384, 128, 8, 128, 53248, 128256},  // 811 GB: more than any one GPU holds
+      {"llama-3.1-8b", 32, 4096, 32, 8, 128, 14336, 128256, 131072, 500000.0f, false, false},
+      // 141 GB of bf16: more than an H100 holds
+      {"llama-3.1-70b", 80, 8192, 64, 8, 128, 28672, 128256, 131072, 500000.0f, false, false},
+      // 811 GB: more than any one GPU holds
+      {"llama-3.1-405b", 126, 16384, 128, 8, 128, 53248, 128256, 131072, 500000.0f, false, false},
+      {"smollm2-135m", 30, 576, 9, 3, 64, 1536, 49152, 8192, 100000.0f, true, true},
   };
   std::string known;
   for (const Shape& s : kShapes) {
@@ -75,11 +84,11 @@ Expected<ModelConfig> synthetic_config(const std::string& name) {
     c.head_dim = s.head_dim;
     c.ffn_dim = s.ffn;
     c.vocab_size = s.vocab;
-    c.context_length = 131072;
-    c.rope_theta = 500000.0f;
+    c.context_length = s.context;
+    c.rope_theta = s.rope_theta;
     c.rms_eps = 1e-5f;
-    c.tied_embeddings = false;
-    c.rope_style = RopeStyle::HalfSplit;
+    c.tied_embeddings = s.tied;
+    c.rope_style = s.adjacent ? RopeStyle::AdjacentPairs : RopeStyle::HalfSplit;
     return c;
   }
   return make_error("--synthetic: unknown shape '" + name + "' (known: " + known + ")");
@@ -214,8 +223,9 @@ struct CudaBackend::Impl {
   int64_t scratch_generation = 0;  // bumped when the scratch moves (captured graphs go stale)
   bool cuda_graphs = true;
   bool tree_attention_kernels = false;
-  int32_t* host_ids = nullptr;   // pinned staging: tokens (T), positions (T), step (committed, first_new)
-  uint8_t* host_mask = nullptr;  // pinned, scratch_T²
+  bool fused_decode_attention = true;  // CudaBackendOptions::fused_decode_attention
+  int32_t* host_ids = nullptr;         // pinned staging: tokens (T), positions (T), step (committed, first_new)
+  uint8_t* host_mask = nullptr;        // pinned, scratch_T²
 
   ~Impl() {
     if (host_ids) cudaFreeHost(host_ids);
@@ -1035,21 +1045,28 @@ class CudaSession final : public BackendSession {
     for (int64_t l = 0; l < c.n_layers; ++l) {
       const GpuLayer& L = b.layers[static_cast<size_t>(l)];
       const cuda::PagedKvLayer& kv = layers_[static_cast<size_t>(l)];
-      // Six launches a layer at decode: norm+QKV, RoPE+append, attention, Wo (+residual),
+      // Five launches a layer at decode: norm+QKV, RoPE+append+attention, Wo (+residual),
       // norm+gate_up+SwiGLU, down (+residual); larger batches split the fused ones.
       if (auto ok = b.gemm_norm(L.qkv.get(), ld, dim, b.x.get(), T, L.attn_norm.get(), b.qkv.get(), ld); !ok) return ok;
-      if (T == 1) {
-        cuda::rope_append_decode_at(b.qkv.get(), c.n_heads, c.n_kv_heads, c.head_dim, pos_dev, c.rope_theta, adjacent,
-                                    kv, qd + kvd, step_dev, s);
-      } else {
-        cuda::rope_append_at(b.qkv.get(), ld, T, c.n_heads, c.n_kv_heads, c.head_dim, pos_dev, c.rope_theta, adjacent,
-                             kv, qd + kvd, step_dev, s);
-      }
-      if (plan) {
-        if (auto ok = planned_attention(*plan, static_cast<int>(l), kv, T, mask_dev, step_dev); !ok) return ok;
-      } else {
-        cuda::attention_at(b.qkv.get(), ld, T, c.n_heads, kv, step_dev, mask_dev, scale, b.att.get(), s,
-                           T <= kMaxGraphRows ? split_ : cuda::AttentionSplit{});
+      // A decode step's RoPE, K/V append and attention in one launch (kernels/cuda/decode_attention.h;
+      // it takes head_dim 64 and 128), else RoPE+append, then attention.
+      const bool fused = T == 1 && !mask_dev && !plan && b.fused_decode_attention &&
+                         cuda::decode_attention_at(b.qkv.get(), c.n_heads, qd + kvd, pos_dev, c.rope_theta, adjacent,
+                                                   kv, step_dev, scale, b.att.get(), split_, s);
+      if (!fused) {
+        if (T == 1) {
+          cuda::rope_append_decode_at(b.qkv.get(), c.n_heads, c.n_kv_heads, c.head_dim, pos_dev, c.rope_theta, adjacent,
+                                      kv, qd + kvd, step_dev, s);
+        } else {
+          cuda::rope_append_at(b.qkv.get(), ld, T, c.n_heads, c.n_kv_heads, c.head_dim, pos_dev, c.rope_theta, adjacent,
+                               kv, qd + kvd, step_dev, s);
+        }
+        if (plan) {
+          if (auto ok = planned_attention(*plan, static_cast<int>(l), kv, T, mask_dev, step_dev); !ok) return ok;
+        } else {
+          cuda::attention_at(b.qkv.get(), ld, T, c.n_heads, kv, step_dev, mask_dev, scale, b.att.get(), s,
+                             T <= kMaxGraphRows ? split_ : cuda::AttentionSplit{});
+        }
       }
       if (auto ok = b.gemm(L.wo.get(), dim, qd, b.att.get(), T, b.x.get(), dim, true); !ok) return ok;
       if (ffn_sparse) {
@@ -1257,6 +1274,7 @@ Expected<std::unique_ptr<CudaBackend>> make_cuda_backend(const Model& model, con
   if (auto ok = backend->impl_->init(options.device); !ok) return ok.error();
   backend->impl_->cuda_graphs = options.cuda_graphs;
   backend->impl_->tree_attention_kernels = options.tree_attention_kernels;
+  backend->impl_->fused_decode_attention = options.fused_decode_attention;
   if (auto ok = backend->impl_->load(model); !ok) return ok.error();
   if (auto ok = warm_up(*backend); !ok) return ok.error();
   return backend;
@@ -1268,6 +1286,7 @@ Expected<std::unique_ptr<CudaBackend>> make_synthetic_cuda_backend(const ModelCo
   if (auto ok = backend->impl_->init(options.device); !ok) return ok.error();
   backend->impl_->cuda_graphs = options.cuda_graphs;
   backend->impl_->tree_attention_kernels = options.tree_attention_kernels;
+  backend->impl_->fused_decode_attention = options.fused_decode_attention;
   if (auto ok = backend->impl_->generate_synthetic(config, seed); !ok) return ok.error();
   if (auto ok = warm_up(*backend); !ok) return ok.error();
   return backend;

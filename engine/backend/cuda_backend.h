@@ -24,6 +24,9 @@ struct CudaBackendOptions {
   // head), without a graph. Off by default: the greedy fidelity tests cover attention_at.
   // Sparse verifies of such caches always use the tree-attention kernels.
   bool tree_attention_kernels = false;
+  // A decode step's RoPE, K/V append and attention in one launch (kernels/cuda/decode_attention.h)
+  // instead of two; the same results. Off: the two launches (for A/B timing and ruling it out).
+  bool fused_decode_attention = true;
 };
 
 // True when built with CUDA and at least one GPU is visible (never prints).

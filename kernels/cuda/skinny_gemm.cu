@@ -32,11 +32,11 @@ enum class Fuse { kPlain, kNorm, kNormSwiGlu };
 // Rows T ≤ TC of X against one weight row (two for kNormSwiGlu) per warp. Each lane reads 8
 // weights (16 bytes) per step, so a warp reads 512 contiguous bytes of its row; X rows come
 // through L1 (every warp of the block reads the same ones).
-template <int TC, Fuse F>
-__global__ void __launch_bounds__(kWarps * 32) skinny_kernel(const bf16_bits* __restrict__ W, int64_t N, int64_t K,
-                                                             const float* __restrict__ X, int64_t ld_x, int T,
-                                                             float* __restrict__ Y, int64_t ldy, bool accumulate,
-                                                             const float* __restrict__ gamma, float eps) {
+template <int TC, Fuse F, int kPrefetch>
+__global__ void __launch_bounds__(kWarps * 32)
+    skinny_kernel(const bf16_bits* __restrict__ W, int64_t N, int64_t K, const float* __restrict__ X, int64_t ld_x,
+                  int T, float* __restrict__ Y, int64_t ldy, bool accumulate, const float* __restrict__ gamma,
+                  float eps) {
   constexpr bool kNormed = F != Fuse::kPlain;
   constexpr int kRows = F == Fuse::kNormSwiGlu ? 2 : 1;  // weight rows per warp
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -53,10 +53,11 @@ __global__ void __launch_bounds__(kWarps * 32) skinny_kernel(const bf16_bits* __
   const uint4* wrow[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) wrow[r] = reinterpret_cast<const uint4*>(W + (n + r * N) * K);
-  // The first kPrefetch steps' weights are loaded before waiting for the kernel before this one
-  // (kernels/cuda/pdl.cuh): weights are never written, and their loads then overlap its tail.
-  // 4 steps cover a 512-wide row; SmolLM2's 576 and 1536 finish in the loop.
-  constexpr int kPrefetch = 4;
+  // The first kPrefetch steps' weights (a step is 256 k) are loaded before waiting for the kernel
+  // before this one (kernels/cuda/pdl.cuh): weights are never written, and their loads then
+  // overlap its tail. launch() takes 8 for a long row at one row (SmolLM2's down projection,
+  // K 1536: all of it in flight before the wait), else 4 (K ≤ 1024 fits; more rows need the
+  // registers for their accumulators).
   uint4 pre[kRows][kPrefetch];
 #pragma unroll
   for (int i = 0; i < kPrefetch; ++i) {
@@ -64,10 +65,22 @@ __global__ void __launch_bounds__(kWarps * 32) skinny_kernel(const bf16_bits* __
 #pragma unroll
     for (int r = 0; r < kRows; ++r) pre[r][i] = k8 * 8 < K ? __ldg(wrow[r] + k8) : make_uint4(0, 0, 0, 0);
   }
+  // gamma of those steps too: a weight.
+  const float4 one = make_float4(1.f, 1.f, 1.f, 1.f);
+  float4 gpre[kNormed ? kPrefetch : 1][2];
+  if constexpr (kNormed) {
+#pragma unroll
+    for (int i = 0; i < kPrefetch; ++i) {
+      const int64_t k8 = lane + 32 * i;
+      const float4* g = reinterpret_cast<const float4*>(gamma + k8 * 8);
+      gpre[i][0] = k8 * 8 < K ? __ldg(g) : one;
+      gpre[i][1] = k8 * 8 < K ? __ldg(g + 1) : one;
+    }
+  }
   pdl_trigger();
   pdl_wait();
-  float4 ga = make_float4(1.f, 1.f, 1.f, 1.f), gb = ga;
-  auto step = [&](int64_t k8, const uint4 (&wv)[kRows]) {
+  // acc[·][t] += w · (x ⊙ gamma) over one step's 8 k of row t; its x² into sumsq[t] (normed).
+  auto accum = [&](int t, const uint4(&wv)[kRows], float4 a, float4 b, float4 ga, float4 gb) {
     float w[kRows][8];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
@@ -75,42 +88,70 @@ __global__ void __launch_bounds__(kWarps * 32) skinny_kernel(const bf16_bits* __
       w[r][4] = lo_bf16(wv[r].z), w[r][5] = hi_bf16(wv[r].z), w[r][6] = lo_bf16(wv[r].w), w[r][7] = hi_bf16(wv[r].w);
     }
     if constexpr (kNormed) {
-      const float4* g = reinterpret_cast<const float4*>(gamma + k8 * 8);
-      ga = __ldg(g), gb = __ldg(g + 1);
+      sumsq[t] += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w + b.x * b.x + b.y * b.y + b.z * b.z + b.w * b.w;
+      a.x *= ga.x, a.y *= ga.y, a.z *= ga.z, a.w *= ga.w;
+      b.x *= gb.x, b.y *= gb.y, b.z *= gb.z, b.w *= gb.w;
     }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      acc[r][t] += w[r][0] * a.x + w[r][1] * a.y + w[r][2] * a.z + w[r][3] * a.w + w[r][4] * b.x + w[r][5] * b.y +
+                   w[r][6] * b.z + w[r][7] * b.w;
+    }
+  };
+  auto step = [&](int64_t k8, const uint4(&wv)[kRows], float4 ga, float4 gb) {
 #pragma unroll
     for (int t = 0; t < TC; ++t) {
       if (t < T) {
+        // Written by the kernel before: not through the read-only path.
         const float4* xr = reinterpret_cast<const float4*>(X + t * ld_x + k8 * 8);
-        float4 a = xr[0], b = xr[1];  // written by the kernel before: not through the read-only path
-        if constexpr (kNormed) {
-          sumsq[t] += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w + b.x * b.x + b.y * b.y + b.z * b.z + b.w * b.w;
-          a.x *= ga.x, a.y *= ga.y, a.z *= ga.z, a.w *= ga.w;
-          b.x *= gb.x, b.y *= gb.y, b.z *= gb.z, b.w *= gb.w;
-        }
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-          acc[r][t] += w[r][0] * a.x + w[r][1] * a.y + w[r][2] * a.z + w[r][3] * a.w + w[r][4] * b.x +
-                       w[r][5] * b.y + w[r][6] * b.z + w[r][7] * b.w;
-        }
+        accum(t, wv, xr[0], xr[1], ga, gb);
       }
     }
   };
+  float y_old = 0.0f;  // one row, accumulate: Y's value, loaded with X
+  if constexpr (TC == 1) {
+    // Every activation of the prefetched steps in flight at once (each is an L2 round trip; one
+    // after the other they were most of the kernel's time after the wait), Y's old value too.
+    float4 xpre[kPrefetch][2];
 #pragma unroll
-  for (int i = 0; i < kPrefetch; ++i) {
-    const int64_t k8 = lane + 32 * i;
-    if (k8 * 8 < K) {
-      uint4 wv[kRows];
+    for (int i = 0; i < kPrefetch; ++i) {
+      const int64_t k8 = lane + 32 * i;
+      const float4* xr = reinterpret_cast<const float4*>(X + k8 * 8);
+      xpre[i][0] = k8 * 8 < K ? xr[0] : make_float4(0.f, 0.f, 0.f, 0.f);
+      xpre[i][1] = k8 * 8 < K ? xr[1] : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    if (accumulate && lane == 0) y_old = Y[n];
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) wv[r] = pre[r][i];
-      step(k8, wv);
+    for (int i = 0; i < kPrefetch; ++i) {
+      if ((lane + 32 * i) * 8 < K) {
+        uint4 wv[kRows];
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) wv[r] = pre[r][i];
+        accum(0, wv, xpre[i][0], xpre[i][1], kNormed ? gpre[i][0] : one, kNormed ? gpre[i][1] : one);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kPrefetch; ++i) {
+      const int64_t k8 = lane + 32 * i;
+      if (k8 * 8 < K) {
+        uint4 wv[kRows];
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) wv[r] = pre[r][i];
+        step(k8, wv, kNormed ? gpre[i][0] : one, kNormed ? gpre[i][1] : one);
+      }
     }
   }
   for (int64_t k8 = lane + 32 * kPrefetch; k8 * 8 < K; k8 += 32) {
     uint4 wv[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) wv[r] = __ldg(wrow[r] + k8);
-    step(k8, wv);
+    float4 ga = one, gb = one;
+    if constexpr (kNormed) {
+      const float4* g = reinterpret_cast<const float4*>(gamma + k8 * 8);
+      ga = __ldg(g), gb = __ldg(g + 1);
+    }
+    step(k8, wv, ga, gb);
   }
 #pragma unroll
   for (int t = 0; t < TC; ++t) {
@@ -125,7 +166,7 @@ __global__ void __launch_bounds__(kWarps * 32) skinny_kernel(const bf16_bits* __
     }
     if (lane == 0 && t < T) {
       float* y = Y + t * ldy + n;
-      *y = accumulate ? *y + s : s;
+      *y = accumulate ? (TC == 1 ? y_old : *y) + s : s;
     }
   }
 }
@@ -134,8 +175,15 @@ template <Fuse F, int TC>
 void launch(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld_x, int T, float* Y, int64_t ldy,
             bool accumulate, const float* gamma, float eps, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>((N + kWarps - 1) / kWarps);
-  launch_pdl(skinny_kernel<TC, F>, dim3(blocks), dim3(kWarps * 32), 0, stream, W, N, K, X, ld_x, T, Y, ldy, accumulate,
-             gamma, eps);
+  if constexpr (TC == 1) {
+    if (K > 4 * 256) {
+      launch_pdl(skinny_kernel<TC, F, 8>, dim3(blocks), dim3(kWarps * 32), 0, stream, W, N, K, X, ld_x, T, Y, ldy,
+                 accumulate, gamma, eps);
+      return;
+    }
+  }
+  launch_pdl(skinny_kernel<TC, F, 4>, dim3(blocks), dim3(kWarps * 32), 0, stream, W, N, K, X, ld_x, T, Y, ldy,
+             accumulate, gamma, eps);
 }
 
 template <Fuse F>
