@@ -93,8 +93,9 @@ struct KernelArgs {
 // barrier per stage); NBC: blocks per softmax update (NB / NBC updates a stage; fewer live S
 // registers); STAGES: stages in the ring (STAGES - 1 in flight); WARPS: most warps a CTA may have
 // (8: up to 255 registers a thread; 16: at most 128, so 256 rows fit at MT 1, or two 8-warp CTAs
-// share an SM).
-template <int MT, int NB, int NBC, int STAGES, int WARPS>
+// share an SM); QS: Q lives in shared memory and its A fragments are ldmatrix'ed each step (frees
+// the 32 * MT registers that hold Q otherwise, for longer softmax steps).
+template <int MT, int NB, int NBC, int STAGES, int WARPS, bool QS>
 __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(KernelArgs a) {
   static_assert(NB % NBC == 0, "a stage is whole softmax steps");
   constexpr int FB = WARPS > 8 ? 1 : 2;  // K/V fragment buffers: one where registers are capped at 128
@@ -103,6 +104,8 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
   __nv_bfloat16* vs = ks + STAGES * NB * kTile;                                 // [STAGES][NB][B][kRowPad]
   auto* meta_members = reinterpret_cast<uint64_t*>(vs + STAGES * NB * kTile);   // [STAGES][NB]
   auto* meta_logical = reinterpret_cast<int32_t*>(meta_members + STAGES * NB);  // [STAGES][NB], -1: none
+  // [rows_pad][kRowPad] when QS, 16-byte aligned after the metadata
+  auto* qs = reinterpret_cast<__nv_bfloat16*>(smem_raw + (STAGES * NB * (4 * kTile + 12) + 15) / 16 * 16);
 
   // Everything below reads what earlier kernels wrote (q, K/V, lists) or writes the workspace the
   // previous call's merge may still read.
@@ -162,9 +165,22 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
   const int node0 = group * a.group_size;
   const int total_len = a.prefix_len + a.nodes;
 
+  // QS: the group's Q rows (zeros for padding) into shared memory, 16 bytes a thread a step; the
+  // main loop's first barrier publishes them.
+  if constexpr (QS) {
+    for (int i = threadIdx.x; i < a.rows_pad * (D / 8); i += blockDim.x) {
+      const int row = i / (D / 8), col = i % (D / 8) * 8, local = row / gqa;
+      uint4 x = make_uint4(0u, 0u, 0u, 0u);
+      if (row < a.rows && node0 + local < a.nodes)
+        x = *reinterpret_cast<const uint4*>(a.q + (size_t(node0 + local) * a.q_heads + kvh * gqa + row % gqa) * D +
+                                            col);
+      *reinterpret_cast<uint4*>(qs + row * kRowPad + col) = x;
+    }
+  }
+
   // This thread's rows: g and g+8 of each of its MT tiles; node -1 for padding rows.
   int row_node[MT][2];
-  uint32_t qf[MT][8][4];  // Q as the A operand, 16 rows x 128 dims per tile, loaded once
+  uint32_t qf[QS ? 1 : MT][QS ? 1 : 8][4];  // !QS: Q as the A operand, 16 rows x 128 dims a tile, loaded once
 #pragma unroll
   for (int m = 0; m < MT; ++m) {
 #pragma unroll
@@ -173,14 +189,16 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
       const int local = row / gqa;
       const bool valid = row < a.rows && node0 + local < a.nodes;
       row_node[m][r] = valid ? node0 + local : -1;
-      const __nv_bfloat16* src =
-          a.q + (size_t(valid ? node0 + local : 0) * a.q_heads + kvh * gqa + row % gqa) * D + 2 * t;
+      if constexpr (!QS) {
+        const __nv_bfloat16* src =
+            a.q + (size_t(valid ? node0 + local : 0) * a.q_heads + kvh * gqa + row % gqa) * D + 2 * t;
 #pragma unroll
-      for (int kk = 0; kk < 8; ++kk) {
+        for (int kk = 0; kk < 8; ++kk) {
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          // a0: row g, a1: row g+8, a2: g cols+8, a3: g+8 cols+8
-          qf[m][kk][r + 2 * half] = valid ? *reinterpret_cast<const uint32_t*>(src + kk * 16 + half * 8) : 0u;
+          for (int half = 0; half < 2; ++half) {
+            // a0: row g, a1: row g+8, a2: g cols+8, a3: g+8 cols+8
+            qf[m][kk][r + 2 * half] = valid ? *reinterpret_cast<const uint32_t*>(src + kk * 16 + half * 8) : 0u;
+          }
         }
       }
     }
@@ -229,21 +247,43 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
       for (int m = 0; m < MT; ++m)
 #pragma unroll
         for (int j = 0; j < 2 * NBC; ++j) s[m][j][0] = s[m][j][1] = s[m][j][2] = s[m][j][3] = 0.f;
-#pragma unroll
-      for (int bb = 0; bb < NBC; ++bb) {
-        const int b = b0 + bb;
-        if (logical[b] < 0) continue;
-        const __nv_bfloat16* kt = ks + (slot * NB + b) * kTile + k_row * kRowPad + k_col;
-        uint32_t kf[FB][4];
-        if (FB == 2) ldmatrix_x4(kf[0], kt);
+      if constexpr (QS) {
+        // dims outer: each Q A fragment (ldmatrix, same lane layout as V's) serves the step's
+        // blocks. Absent blocks (logical < 0) are multiplied too, from stale shared memory: the
+        // mask below sets all their scores to -inf, and PV skips them.
 #pragma unroll
         for (int kk = 0; kk < 8; ++kk) {
-          if (FB == 1) ldmatrix_x4(kf[0], kt + kk * 16);
-          if (FB == 2 && kk + 1 < 8) ldmatrix_x4(kf[(kk + 1) % FB], kt + (kk + 1) * 16);
+          uint32_t qa[MT][4];
 #pragma unroll
-          for (int m = 0; m < MT; ++m) {
-            mma16816(s[m][2 * bb], qf[m][kk], kf[kk % FB][0], kf[kk % FB][1]);
-            mma16816(s[m][2 * bb + 1], qf[m][kk], kf[kk % FB][2], kf[kk % FB][3]);
+          for (int m = 0; m < MT; ++m) ldmatrix_x4(qa[m], qs + (row0 + m * 16 + v_row) * kRowPad + kk * 16 + v_col);
+#pragma unroll
+          for (int bb = 0; bb < NBC; ++bb) {
+            uint32_t kf[4];
+            ldmatrix_x4(kf, ks + (slot * NB + b0 + bb) * kTile + k_row * kRowPad + k_col + kk * 16);
+#pragma unroll
+            for (int m = 0; m < MT; ++m) {
+              mma16816(s[m][2 * bb], qa[m], kf[0], kf[1]);
+              mma16816(s[m][2 * bb + 1], qa[m], kf[2], kf[3]);
+            }
+          }
+        }
+      } else {
+#pragma unroll
+        for (int bb = 0; bb < NBC; ++bb) {
+          const int b = b0 + bb;
+          if (logical[b] < 0) continue;
+          const __nv_bfloat16* kt = ks + (slot * NB + b) * kTile + k_row * kRowPad + k_col;
+          uint32_t kf[FB][4];
+          if (FB == 2) ldmatrix_x4(kf[0], kt);
+#pragma unroll
+          for (int kk = 0; kk < 8; ++kk) {
+            if (FB == 1) ldmatrix_x4(kf[0], kt + kk * 16);
+            if (FB == 2 && kk + 1 < 8) ldmatrix_x4(kf[(kk + 1) % FB], kt + (kk + 1) * 16);
+#pragma unroll
+            for (int m = 0; m < MT; ++m) {
+              mma16816(s[m][2 * bb], qf[m][kk], kf[kk % FB][0], kf[kk % FB][1]);
+              mma16816(s[m][2 * bb + 1], qf[m][kk], kf[kk % FB][2], kf[kk % FB][3]);
+            }
           }
         }
       }
@@ -442,20 +482,28 @@ __global__ void __launch_bounds__(kMergeWarps * 32) tree_attention_merge_kernel(
 struct Variant {
   const char* name;
   int mt, nb, stages, max_warps;
+  bool qs;
   void (*kernel)(KernelArgs);
 };
 constexpr Variant kVariants[] = {
-    {"m1b4", 1, 4, 3, 8, tree_attention_chunk_kernel<1, 4, 4, 3, 8>},
-    {"m2b2", 2, 2, 4, 8, tree_attention_chunk_kernel<2, 2, 1, 4, 8>},
-    {"m2b4", 2, 4, 3, 8, tree_attention_chunk_kernel<2, 4, 1, 3, 8>},
-    {"w16b2", 1, 2, 4, 16, tree_attention_chunk_kernel<1, 2, 1, 4, 16>},
-    {"w16b4", 1, 4, 3, 16, tree_attention_chunk_kernel<1, 4, 1, 3, 16>},
+    {"m1b4", 1, 4, 3, 8, false, tree_attention_chunk_kernel<1, 4, 4, 3, 8, false>},
+    {"m2b2", 2, 2, 4, 8, false, tree_attention_chunk_kernel<2, 2, 1, 4, 8, false>},
+    {"w16b2", 1, 2, 4, 16, false, tree_attention_chunk_kernel<1, 2, 1, 4, 16, false>},
+    {"w16b4", 1, 4, 3, 16, false, tree_attention_chunk_kernel<1, 4, 1, 3, 16, false>},
+    {"q2b4", 2, 4, 3, 8, true, tree_attention_chunk_kernel<2, 4, 4, 3, 8, true>},
+    {"q2b4c2", 2, 4, 3, 8, true, tree_attention_chunk_kernel<2, 4, 2, 3, 8, true>},
+    {"q2b2", 2, 2, 4, 8, true, tree_attention_chunk_kernel<2, 2, 2, 4, 8, true>},
+    {"qw16b4", 1, 4, 3, 16, true, tree_attention_chunk_kernel<1, 4, 4, 3, 16, true>},
+    {"qw16b2", 1, 2, 4, 16, true, tree_attention_chunk_kernel<1, 2, 2, 4, 16, true>},
 };
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 constexpr int kFallback = 1;  // m2b2: takes every row count up to 256 in 8 warps
 
-size_t variant_smem(const Variant& v) {
-  return size_t(v.stages) * v.nb * (2 * kTile * sizeof(__nv_bfloat16) + sizeof(uint64_t) + sizeof(int32_t));
+// The chunk kernel's shared memory: K/V stages, their metadata, then (QS) the Q rows.
+size_t variant_smem(const Variant& v, int rows_pad) {
+  const size_t stages =
+      size_t(v.stages) * v.nb * (2 * kTile * sizeof(__nv_bfloat16) + sizeof(uint64_t) + sizeof(int32_t));
+  return (stages + 15) / 16 * 16 + (v.qs ? size_t(rows_pad) * kRowPad * sizeof(__nv_bfloat16) : 0);
 }
 
 // Variant choice by query rows a (group, kv head): <= 64 rows (16 nodes at GQA 4), <= 128, more.
@@ -502,11 +550,13 @@ const DeviceShape& device_shape() {
     int dev = 0;
     if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&shape.sms, cudaDevAttrMultiProcessorCount, dev);
     for (int i = 0; i < kNumVariants; ++i) {
-      const size_t smem = variant_smem(kVariants[i]);
-      cudaFuncSetAttribute(kVariants[i].kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+      const Variant& v = kVariants[i];
+      const int most = static_cast<int>(variant_smem(v, 16 * v.mt * v.max_warps));
+      cudaFuncSetAttribute(v.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
       for (int w = 1; w <= kMaxRows / 16; ++w) {
         int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kVariants[i].kernel, w * 32, smem) != cudaSuccess) n = 1;
+        const size_t smem = variant_smem(v, 16 * v.mt * w);
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, v.kernel, w * 32, smem) != cudaSuccess) n = 1;
         shape.ctas_per_sm[i][w] = std::max(1, n);
       }
     }
@@ -534,7 +584,7 @@ Plan make_plan(const TreeQueries& tq, int kv_heads, int groups, int group_size, 
   p.rows_pad = (p.rows + tile_rows - 1) / tile_rows * tile_rows;
   p.warps = std::max(4, p.rows_pad / 16 / v.mt);
   p.threads = p.warps * 32;
-  p.smem = variant_smem(v);
+  p.smem = variant_smem(v, p.rows_pad);
   // One full wave of CTAs (at most 4 per SM: more only adds partials to merge; rounded down to a
   // multiple of the (group, kv head) pairs, so no CTA waits for a second wave); each CTA takes at
   // least one stage, and whole stages.
