@@ -86,6 +86,7 @@ struct KernelArgs {
   float* part_o;    // [groups][Hk][chunks][rows_pad][D]
   float2* part_ml;  // [groups][Hk][chunks][rows_pad]  (running max x scale, in log2 units; sum)
   int kv_heads, q_heads, nodes, prefix_len, group_size, max_blocks, per_chunk, chunks, rows, rows_pad;
+  int cta_rows, row_splits;  // rows a CTA covers; CTAs splitting one (group, kv head, chunk)'s rows
   float scale_log2;
 };
 
@@ -104,14 +105,15 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
   __nv_bfloat16* vs = ks + STAGES * NB * kTile;                                 // [STAGES][NB][B][kRowPad]
   auto* meta_members = reinterpret_cast<uint64_t*>(vs + STAGES * NB * kTile);   // [STAGES][NB]
   auto* meta_logical = reinterpret_cast<int32_t*>(meta_members + STAGES * NB);  // [STAGES][NB], -1: none
-  // [rows_pad][kRowPad] when QS, 16-byte aligned after the metadata
+  // [cta_rows][kRowPad] when QS, 16-byte aligned after the metadata
   auto* qs = reinterpret_cast<__nv_bfloat16*>(smem_raw + (STAGES * NB * (4 * kTile + 12) + 15) / 16 * 16);
 
   // Everything below reads what earlier kernels wrote (q, K/V, lists) or writes the workspace the
   // previous call's merge may still read.
   pdl_wait();
 
-  const int chunk = blockIdx.x, kvh = blockIdx.y, group = blockIdx.z;
+  const int chunk = blockIdx.x, kvh = blockIdx.y, group = blockIdx.z / a.row_splits;
+  const int cta_row0 = blockIdx.z % a.row_splits * a.cta_rows;
   const int gqa = a.q_heads / a.kv_heads;
   const size_t list_base = (size_t(group) * a.kv_heads + kvh) * a.max_blocks;
   const int count = a.list_blocks ? a.list_counts[group * a.kv_heads + kvh] : a.max_blocks;
@@ -160,7 +162,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
-  const int row0 = warp * 16 * MT;
+  const int row0 = cta_row0 + warp * 16 * MT;
   const bool computes = row0 < a.rows;
   const int node0 = group * a.group_size;
   const int total_len = a.prefix_len + a.nodes;
@@ -168,13 +170,13 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
   // QS: the group's Q rows (zeros for padding) into shared memory, 16 bytes a thread a step; the
   // main loop's first barrier publishes them.
   if constexpr (QS) {
-    for (int i = threadIdx.x; i < a.rows_pad * (D / 8); i += blockDim.x) {
-      const int row = i / (D / 8), col = i % (D / 8) * 8, local = row / gqa;
+    for (int i = threadIdx.x; i < a.cta_rows * (D / 8); i += blockDim.x) {
+      const int row = cta_row0 + i / (D / 8), col = i % (D / 8) * 8, local = row / gqa;
       uint4 x = make_uint4(0u, 0u, 0u, 0u);
       if (row < a.rows && node0 + local < a.nodes)
         x = *reinterpret_cast<const uint4*>(a.q + (size_t(node0 + local) * a.q_heads + kvh * gqa + row % gqa) * D +
                                             col);
-      *reinterpret_cast<uint4*>(qs + row * kRowPad + col) = x;
+      *reinterpret_cast<uint4*>(qs + (row - cta_row0) * kRowPad + col) = x;
     }
   }
 
@@ -255,7 +257,8 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
         for (int kk = 0; kk < 8; ++kk) {
           uint32_t qa[MT][4];
 #pragma unroll
-          for (int m = 0; m < MT; ++m) ldmatrix_x4(qa[m], qs + (row0 + m * 16 + v_row) * kRowPad + kk * 16 + v_col);
+          for (int m = 0; m < MT; ++m)
+            ldmatrix_x4(qa[m], qs + (row0 - cta_row0 + m * 16 + v_row) * kRowPad + kk * 16 + v_col);
 #pragma unroll
           for (int bb = 0; bb < NBC; ++bb) {
             uint32_t kf[4];
@@ -495,20 +498,20 @@ constexpr Variant kVariants[] = {
     {"q2b2", 2, 2, 4, 8, true, tree_attention_chunk_kernel<2, 2, 2, 4, 8, true>},
     {"qw16b4", 1, 4, 3, 16, true, tree_attention_chunk_kernel<1, 4, 4, 3, 16, true>},
     {"qw16b2", 1, 2, 4, 16, true, tree_attention_chunk_kernel<1, 2, 2, 4, 16, true>},
+    {"q2b4w4", 2, 4, 2, 4, true, tree_attention_chunk_kernel<2, 4, 4, 2, 4, true>},
+    {"q2b2w4", 2, 2, 4, 4, true, tree_attention_chunk_kernel<2, 2, 2, 4, 4, true>},
 };
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
-constexpr int kFallback = 1;  // m2b2: takes every row count up to 256 in 8 warps
 
-// The chunk kernel's shared memory: K/V stages, their metadata, then (QS) the Q rows.
-size_t variant_smem(const Variant& v, int rows_pad) {
+// The chunk kernel's shared memory: K/V stages, their metadata, then (QS) the CTA's Q rows.
+size_t variant_smem(const Variant& v, int cta_rows) {
   const size_t stages =
       size_t(v.stages) * v.nb * (2 * kTile * sizeof(__nv_bfloat16) + sizeof(uint64_t) + sizeof(int32_t));
-  return (stages + 15) / 16 * 16 + (v.qs ? size_t(rows_pad) * kRowPad * sizeof(__nv_bfloat16) : 0);
+  return (stages + 15) / 16 * 16 + (v.qs ? size_t(cta_rows) * kRowPad * sizeof(__nv_bfloat16) : 0);
 }
 
 // Variant choice by query rows a (group, kv head): <= 64 rows (16 nodes at GQA 4), <= 128, more.
-// SPECULA_TREE_ATTN=<a>,<b>,<c> overrides them (A/B timing on the device); a variant whose warps
-// cannot hold the rows falls back to m2b2.
+// SPECULA_TREE_ATTN=<a>,<b>,<c> overrides them (A/B timing on the device).
 struct Choice {
   int tier[3] = {0, 1, 1};
 };
@@ -567,7 +570,7 @@ const DeviceShape& device_shape() {
 
 struct Plan {
   int variant = 0;
-  int rows = 0, rows_pad = 0, warps = 0, threads = 0;
+  int rows = 0, rows_pad = 0, warps = 0, threads = 0, cta_rows = 0, row_splits = 1;
   int per_chunk = 0, chunks = 0;
   size_t smem = 0;
 };
@@ -578,20 +581,24 @@ Plan make_plan(const TreeQueries& tq, int kv_heads, int groups, int group_size, 
   p.rows = group_size * gqa;
   const Choice choice = variant_choice();
   p.variant = choice.tier[p.rows <= 64 ? 0 : p.rows <= 128 ? 1 : 2];
-  if (p.rows > 16 * kVariants[p.variant].mt * kVariants[p.variant].max_warps) p.variant = kFallback;
   const Variant& v = kVariants[p.variant];
   const int tile_rows = 16 * v.mt;
   p.rows_pad = (p.rows + tile_rows - 1) / tile_rows * tile_rows;
-  p.warps = std::max(4, p.rows_pad / 16 / v.mt);
+  // Rows past what one CTA's warps hold go to further CTAs over the same KV chunk (their second
+  // read of it mostly hits L2: they run in the same wave).
+  const int most_rows = tile_rows * v.max_warps;
+  p.row_splits = (p.rows_pad + most_rows - 1) / most_rows;
+  p.cta_rows = std::min(p.rows_pad, most_rows);
+  p.warps = std::max(4, p.cta_rows / tile_rows);
   p.threads = p.warps * 32;
-  p.smem = variant_smem(v, p.rows_pad);
+  p.smem = variant_smem(v, p.cta_rows);
   // One full wave of CTAs (at most 4 per SM: more only adds partials to merge; rounded down to a
   // multiple of the (group, kv head) pairs, so no CTA waits for a second wave); each CTA takes at
   // least one stage, and whole stages.
   const DeviceShape& shape = device_shape();
   const int per_sm = std::min(4, shape.ctas_per_sm[p.variant][std::min(p.warps, kMaxRows / 16)]);
   const int ctas_wanted = shape.sms * per_sm;
-  const int base = std::max(1, groups * kv_heads);
+  const int base = std::max(1, groups * kv_heads * p.row_splits);
   const int chunks = std::max(1, ctas_wanted / base);
   p.per_chunk = std::max(1, (max_blocks + chunks - 1) / chunks);
   p.per_chunk = (p.per_chunk + v.nb - 1) / v.nb * v.nb;
@@ -651,9 +658,12 @@ bool launch(const PagedKv& kv, const TreeQueries& tq, const int32_t* blocks, con
   a.chunks = p.chunks;
   a.rows = p.rows;
   a.rows_pad = p.rows_pad;
+  a.cta_rows = p.cta_rows;
+  a.row_splits = p.row_splits;
   a.scale_log2 = tq.scale * 1.4426950408889634f;
   auto s = static_cast<cudaStream_t>(stream);
-  launch_pdl(kVariants[p.variant].kernel, dim3(p.chunks, kv.kv_heads, groups), dim3(p.threads), p.smem, s, a);
+  launch_pdl(kVariants[p.variant].kernel, dim3(p.chunks, kv.kv_heads, groups * p.row_splits), dim3(p.threads), p.smem,
+             s, a);
   const int items = tq.nodes * tq.q_heads;
   launch_pdl(tree_attention_merge_kernel, dim3((items + kMergeWarps - 1) / kMergeWarps), dim3(kMergeWarps * 32), 0, s,
              a, reinterpret_cast<__nv_bfloat16*>(out));

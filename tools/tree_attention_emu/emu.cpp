@@ -231,7 +231,8 @@ double run_case(std::mt19937_64& rng, int nodes, int prefix, int per_chunk_targe
       }
   }
   const int rows = gs * gqa, tile = 16 * MT, rows_pad = (rows + tile - 1) / tile * tile;
-  const int warps = std::max(4, rows_pad / 16 / MT), threads = warps * 32;
+  const int most = tile * WARPS, splits = (rows_pad + most - 1) / most, cta_rows = std::min(rows_pad, most);
+  const int warps = std::max(4, cta_rows / tile), threads = warps * 32;
   int per_chunk = (per_chunk_target + NB - 1) / NB * NB;
   const int chunks = (max_blocks + per_chunk - 1) / per_chunk;
   std::vector<float> part_o(size_t(groups) * kv_heads * chunks * rows_pad * D, NAN);
@@ -250,9 +251,10 @@ double run_case(std::mt19937_64& rng, int nodes, int prefix, int per_chunk_targe
   a.part_ml = part_ml.data();
   a.kv_heads = kv_heads; a.q_heads = q_heads; a.nodes = nodes; a.prefix_len = prefix; a.group_size = gs;
   a.max_blocks = max_blocks; a.per_chunk = per_chunk; a.chunks = chunks; a.rows = rows; a.rows_pad = rows_pad;
+  a.cta_rows = cta_rows; a.row_splits = splits;
   a.scale_log2 = p.scale * 1.4426950408889634f;
-  const size_t smem = (size_t(STAGES) * NB * (2 * kTile * 2 + 12) + 15) / 16 * 16 + (QS ? size_t(rows_pad) * kRowPad * 2 : 0);
-  run_grid(dim3(chunks, kv_heads, groups), threads, smem, [&] { tree_attention_chunk_kernel<MT, NB, NBC, STAGES, WARPS, QS>(a); });
+  const size_t smem = (size_t(STAGES) * NB * (2 * kTile * 2 + 12) + 15) / 16 * 16 + (QS ? size_t(cta_rows) * kRowPad * 2 : 0);
+  run_grid(dim3(chunks, kv_heads, groups * splits), threads, smem, [&] { tree_attention_chunk_kernel<MT, NB, NBC, STAGES, WARPS, QS>(a); });
   const int items = nodes * q_heads;
   run_grid(dim3((items + 7) / 8, 1, 1), 256, 0, [&] { tree_attention_merge_kernel(a, reinterpret_cast<__nv_bfloat16*>(out.data())); });
   double num = 0, den = 0;
@@ -302,6 +304,8 @@ int main(int argc, char** argv) {
     return fails ? 1 : 0;
   }
   // The variants of kernels/cuda/tree_attention.cu (kVariants).
+  fails += run_variant<2, 4, 4, 2, 4, true>(rng);
+  fails += run_variant<2, 2, 2, 4, 4, true>(rng);
   fails += run_variant<2, 4, 4, 3, 8, true>(rng);
   fails += run_variant<2, 4, 2, 3, 8, true>(rng);
   fails += run_variant<2, 2, 2, 4, 8, true>(rng);
