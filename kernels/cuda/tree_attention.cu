@@ -93,13 +93,12 @@ struct KernelArgs {
 // MT: 16-row tiles per warp (B fragments shared by them); NB: KV blocks per pipeline stage (one
 // barrier per stage); NBC: blocks per softmax update (NB / NBC updates a stage; fewer live S
 // registers); STAGES: stages in the ring (STAGES - 1 in flight); WARPS: most warps a CTA may have
-// (8: up to 255 registers a thread; 16: at most 128, so 256 rows fit at MT 1, or two 8-warp CTAs
-// share an SM); QS: Q lives in shared memory and its A fragments are ldmatrix'ed each step (frees
-// the 32 * MT registers that hold Q otherwise, for longer softmax steps).
+// (rows past them go to further CTAs, KernelArgs::row_splits); QS: Q lives in shared memory and
+// its A fragments are ldmatrix'ed each step (frees the 32 * MT registers that hold Q otherwise,
+// for 64-key softmax steps at 32 rows a warp).
 template <int MT, int NB, int NBC, int STAGES, int WARPS, bool QS>
 __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(KernelArgs a) {
   static_assert(NB % NBC == 0, "a stage is whole softmax steps");
-  constexpr int FB = WARPS > 8 ? 1 : 2;  // K/V fragment buffers: one where registers are capped at 128
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto* ks = reinterpret_cast<__nv_bfloat16*>(smem_raw);                        // [STAGES][NB][B][kRowPad]
   __nv_bfloat16* vs = ks + STAGES * NB * kTile;                                 // [STAGES][NB][B][kRowPad]
@@ -241,9 +240,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
     // The stage's blocks in steps of NBC: QK^T, one softmax update, PV per step.
 #pragma unroll
     for (int b0 = 0; b0 < NB; b0 += NBC) {
-      // S = Q K^T (unscaled): per tile, 16 rows x NBC*16 keys as 2*NBC n-tiles of 8 keys. K
-      // fragments double-buffered where registers allow (FB 2: the next ldmatrix is in flight
-      // during this one's mma).
+      // S = Q K^T (unscaled): per tile, 16 rows x NBC*16 keys as 2*NBC n-tiles of 8 keys.
       float s[MT][2 * NBC][4];
 #pragma unroll
       for (int m = 0; m < MT; ++m)
@@ -276,16 +273,15 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
           const int b = b0 + bb;
           if (logical[b] < 0) continue;
           const __nv_bfloat16* kt = ks + (slot * NB + b) * kTile + k_row * kRowPad + k_col;
-          uint32_t kf[FB][4];
-          if (FB == 2) ldmatrix_x4(kf[0], kt);
+          uint32_t kf[2][4];  // double-buffered: the next ldmatrix is in flight during this mma
+          ldmatrix_x4(kf[0], kt);
 #pragma unroll
           for (int kk = 0; kk < 8; ++kk) {
-            if (FB == 1) ldmatrix_x4(kf[0], kt + kk * 16);
-            if (FB == 2 && kk + 1 < 8) ldmatrix_x4(kf[(kk + 1) % FB], kt + (kk + 1) * 16);
+            if (kk + 1 < 8) ldmatrix_x4(kf[(kk + 1) % 2], kt + (kk + 1) * 16);
 #pragma unroll
             for (int m = 0; m < MT; ++m) {
-              mma16816(s[m][2 * bb], qf[m][kk], kf[kk % FB][0], kf[kk % FB][1]);
-              mma16816(s[m][2 * bb + 1], qf[m][kk], kf[kk % FB][2], kf[kk % FB][3]);
+              mma16816(s[m][2 * bb], qf[m][kk], kf[kk % 2][0], kf[kk % 2][1]);
+              mma16816(s[m][2 * bb + 1], qf[m][kk], kf[kk % 2][2], kf[kk % 2][3]);
             }
           }
         }
@@ -387,16 +383,15 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
           pf[m][3] = pack_bf16(s[m][2 * bb + 1][2], s[m][2 * bb + 1][3]);
         }
         const __nv_bfloat16* vt = vs + (slot * NB + b) * kTile + v_row * kRowPad + v_col;
-        uint32_t vf[FB][4];
-        if (FB == 2) ldmatrix_x4_trans(vf[0], vt);
+        uint32_t vf[2][4];  // double-buffered like K
+        ldmatrix_x4_trans(vf[0], vt);
 #pragma unroll
         for (int dp = 0; dp < 8; ++dp) {
-          if (FB == 1) ldmatrix_x4_trans(vf[0], vt + dp * 16);
-          if (FB == 2 && dp + 1 < 8) ldmatrix_x4_trans(vf[(dp + 1) % FB], vt + (dp + 1) * 16);
+          if (dp + 1 < 8) ldmatrix_x4_trans(vf[(dp + 1) % 2], vt + (dp + 1) * 16);
 #pragma unroll
           for (int m = 0; m < MT; ++m) {
-            mma16816(o[m][2 * dp], pf[m], vf[dp % FB][0], vf[dp % FB][1]);
-            mma16816(o[m][2 * dp + 1], pf[m], vf[dp % FB][2], vf[dp % FB][3]);
+            mma16816(o[m][2 * dp], pf[m], vf[dp % 2][0], vf[dp % 2][1]);
+            mma16816(o[m][2 * dp + 1], pf[m], vf[dp % 2][2], vf[dp % 2][3]);
           }
         }
       }
@@ -490,16 +485,8 @@ struct Variant {
 };
 constexpr Variant kVariants[] = {
     {"m1b4", 1, 4, 3, 8, false, tree_attention_chunk_kernel<1, 4, 4, 3, 8, false>},
-    {"m2b2", 2, 2, 4, 8, false, tree_attention_chunk_kernel<2, 2, 1, 4, 8, false>},
-    {"w16b2", 1, 2, 4, 16, false, tree_attention_chunk_kernel<1, 2, 1, 4, 16, false>},
-    {"w16b4", 1, 4, 3, 16, false, tree_attention_chunk_kernel<1, 4, 1, 3, 16, false>},
-    {"q2b4", 2, 4, 3, 8, true, tree_attention_chunk_kernel<2, 4, 4, 3, 8, true>},
-    {"q2b4c2", 2, 4, 3, 8, true, tree_attention_chunk_kernel<2, 4, 2, 3, 8, true>},
-    {"q2b2", 2, 2, 4, 8, true, tree_attention_chunk_kernel<2, 2, 2, 4, 8, true>},
-    {"qw16b4", 1, 4, 3, 16, true, tree_attention_chunk_kernel<1, 4, 4, 3, 16, true>},
-    {"qw16b2", 1, 2, 4, 16, true, tree_attention_chunk_kernel<1, 2, 2, 4, 16, true>},
     {"q2b4w4", 2, 4, 2, 4, true, tree_attention_chunk_kernel<2, 4, 4, 2, 4, true>},
-    {"q2b2w4", 2, 2, 4, 4, true, tree_attention_chunk_kernel<2, 2, 2, 4, 4, true>},
+    {"q2b4", 2, 4, 3, 8, true, tree_attention_chunk_kernel<2, 4, 4, 3, 8, true>},
 };
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
@@ -513,7 +500,7 @@ size_t variant_smem(const Variant& v, int cta_rows) {
 // Variant choice by query rows a (group, kv head): <= 64 rows (16 nodes at GQA 4), <= 128, more.
 // SPECULA_TREE_ATTN=<a>,<b>,<c> overrides them (A/B timing on the device).
 struct Choice {
-  int tier[3] = {0, 1, 1};
+  int tier[3] = {0, 1, 2};
 };
 Choice variant_choice() {
   static const Choice choice = [] {
