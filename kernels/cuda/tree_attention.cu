@@ -96,7 +96,9 @@ struct KernelArgs {
 // (rows past them go to further CTAs, KernelArgs::row_splits); QS: Q lives in shared memory and
 // its A fragments are ldmatrix'ed each step (frees the 32 * MT registers that hold Q otherwise,
 // for 64-key softmax steps at 32 rows a warp).
-template <int MT, int NB, int NBC, int STAGES, int WARPS, bool QS>
+// RA: rescale the accumulators every softmax step instead of only when a vote says a max moved
+// (a branch less between the softmax and PV).
+template <int MT, int NB, int NBC, int STAGES, int WARPS, bool QS, bool RA = false>
 __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(KernelArgs a) {
   static_assert(NB % NBC == 0, "a stage is whole softmax steps");
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -144,6 +146,15 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
       for (int p = my_t; p < kPieces; p += team) {
         const int which = p / (kPieces / 2), key = (p % (kPieces / 2)) / (D / 8), col = p % (D / 8) * 8;
         cp_async16((which ? vd : kd) + key * kRowPad + col, (which ? vg : kg) + key * D + col);
+      }
+    } else {
+      // An absent block (partial last stage) reads as zeros: the mask sets its scores to -inf and
+      // P = 0 times zero V adds nothing, so the mma loops take every block without a branch.
+      __nv_bfloat16* kd = ks + (slot * NB + my_blk) * kTile;
+      __nv_bfloat16* vd = vs + (slot * NB + my_blk) * kTile;
+      for (int p = my_t; p < kPieces; p += team) {
+        const int which = p / (kPieces / 2), key = (p % (kPieces / 2)) / (D / 8), col = p % (D / 8) * 8;
+        *reinterpret_cast<uint4*>((which ? vd : kd) + key * kRowPad + col) = make_uint4(0u, 0u, 0u, 0u);
       }
     }
     if (my_t == 0) {
@@ -248,8 +259,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
         for (int j = 0; j < 2 * NBC; ++j) s[m][j][0] = s[m][j][1] = s[m][j][2] = s[m][j][3] = 0.f;
       if constexpr (QS) {
         // dims outer: each Q A fragment (ldmatrix, same lane layout as V's) serves the step's
-        // blocks. Absent blocks (logical < 0) are multiplied too, from stale shared memory: the
-        // mask below sets all their scores to -inf, and PV skips them.
+        // blocks.
 #pragma unroll
         for (int kk = 0; kk < 8; ++kk) {
           uint32_t qa[MT][4];
@@ -271,7 +281,6 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
 #pragma unroll
         for (int bb = 0; bb < NBC; ++bb) {
           const int b = b0 + bb;
-          if (logical[b] < 0) continue;
           const __nv_bfloat16* kt = ks + (slot * NB + b) * kTile + k_row * kRowPad + k_col;
           uint32_t kf[2][4];  // double-buffered: the next ldmatrix is in flight during this mma
           ldmatrix_x4(kf[0], kt);
@@ -356,7 +365,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
         }
       }
       // Once the running maxima settle, alpha is 1 for whole warps: skip the rescale.
-      if (__any_sync(0xffffffffu, moved)) {
+      if (RA || __any_sync(0xffffffffu, moved)) {
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
 #pragma unroll
@@ -373,7 +382,6 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
 #pragma unroll
       for (int bb = 0; bb < NBC; ++bb) {
         const int b = b0 + bb;
-        if (logical[b] < 0) continue;
         uint32_t pf[MT][4];
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
@@ -487,6 +495,8 @@ constexpr Variant kVariants[] = {
     {"m1b4", 1, 4, 3, 8, false, tree_attention_chunk_kernel<1, 4, 4, 3, 8, false>},
     {"q2b4w4", 2, 4, 2, 4, true, tree_attention_chunk_kernel<2, 4, 4, 2, 4, true>},
     {"q2b4", 2, 4, 3, 8, true, tree_attention_chunk_kernel<2, 4, 4, 3, 8, true>},
+    {"q2b4s4", 2, 4, 4, 8, true, tree_attention_chunk_kernel<2, 4, 4, 4, 8, true>},
+    {"q2b4ra", 2, 4, 3, 8, true, tree_attention_chunk_kernel<2, 4, 4, 3, 8, true, true>},
 };
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
