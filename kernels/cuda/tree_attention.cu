@@ -96,9 +96,7 @@ struct KernelArgs {
 // (rows past them go to further CTAs, KernelArgs::row_splits); QS: Q lives in shared memory and
 // its A fragments are ldmatrix'ed each step (frees the 32 * MT registers that hold Q otherwise,
 // for 64-key softmax steps at 32 rows a warp).
-// RA: rescale the accumulators every softmax step instead of only when a vote says a max moved
-// (a branch less between the softmax and PV).
-template <int MT, int NB, int NBC, int STAGES, int WARPS, bool QS, bool RA = false>
+template <int MT, int NB, int NBC, int STAGES, int WARPS, bool QS>
 __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(KernelArgs a) {
   static_assert(NB % NBC == 0, "a stage is whole softmax steps");
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -365,7 +363,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
         }
       }
       // Once the running maxima settle, alpha is 1 for whole warps: skip the rescale.
-      if (RA || __any_sync(0xffffffffu, moved)) {
+      if (__any_sync(0xffffffffu, moved)) {
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
 #pragma unroll
@@ -494,9 +492,7 @@ struct Variant {
 constexpr Variant kVariants[] = {
     {"m1b4", 1, 4, 3, 8, false, tree_attention_chunk_kernel<1, 4, 4, 3, 8, false>},
     {"q2b4w4", 2, 4, 2, 4, true, tree_attention_chunk_kernel<2, 4, 4, 2, 4, true>},
-    {"q2b4", 2, 4, 3, 8, true, tree_attention_chunk_kernel<2, 4, 4, 3, 8, true>},
     {"q2b4s4", 2, 4, 4, 8, true, tree_attention_chunk_kernel<2, 4, 4, 4, 8, true>},
-    {"q2b4ra", 2, 4, 3, 8, true, tree_attention_chunk_kernel<2, 4, 4, 3, 8, true, true>},
 };
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
