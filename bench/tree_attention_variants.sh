@@ -9,7 +9,7 @@
 #        <commit> [settings, space-separated]
 C=${1:-.carry/treeattn}
 COMMIT=${2:-unknown}
-SETTINGS=${3:-"m1b4,q2b4w4,q2b4 m1b4,q2b4w4,q2b4s4 m1b4,q2b4w4,q2b4ra"}
+SETTINGS=${3:-"m1b4,q2b4w4,q2b4s4"}
 R=/tmp/tree_attn_variants
 mkdir -p "$R"
 snap() { tar czf "$OUT/variants.tgz" -C "$R" .; }
