@@ -37,7 +37,7 @@ struct TreeQueries {
   int nodes = 0;     // 1..64
   int q_heads = 32;  // multiple of kv_heads; q head h reads kv head h / (q_heads / kv_heads)
   int prefix_len = 0;
-  float scale = 0;   // softmax scale, usually 1/sqrt(D)
+  float scale = 0;   // softmax scale (> 0), usually 1/sqrt(D)
 };
 
 // Logical blocks each (group, kv head) loads, and which of the group's nodes use each one.

@@ -61,6 +61,14 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
                : "r"(s));
 }
 
+// 2^x in one MUFU.EX2 (exp2f adds range checks and a denormal path: ~5 instructions). ftz: results
+// under 2^-126 become 0, which the softmax weights can afford; 2^-inf = 0 (masked keys).
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
@@ -75,30 +83,36 @@ struct KernelArgs {
   const int32_t* list_blocks;  // null: dense (entry i = logical block i, every node a member)
   const uint64_t* list_members;
   const int32_t* list_counts;
-  float* part_o;   // [groups][Hk][chunks][rows_pad][D]
-  float2* part_ml; // [groups][Hk][chunks][rows_pad]  (running max in log2 units, sum)
+  float* part_o;    // [groups][Hk][chunks][rows_pad][D]
+  float2* part_ml;  // [groups][Hk][chunks][rows_pad]  (running max x scale, in log2 units; sum)
   int kv_heads, q_heads, nodes, prefix_len, group_size, max_blocks, per_chunk, chunks, rows, rows_pad;
+  int cta_rows, row_splits;  // rows a CTA covers; CTAs splitting one (group, kv head, chunk)'s rows
   float scale_log2;
 };
 
 // MT: 16-row tiles per warp (B fragments shared by them); NB: KV blocks per pipeline stage (one
 // barrier per stage); NBC: blocks per softmax update (NB / NBC updates a stage; fewer live S
-// registers); STAGES: stages in the ring (STAGES - 1 in flight). At most 8 warps (128 rows at
-// MT 1, 256 at MT 2), so up to 255 registers a thread.
-template <int MT, int NB, int NBC, int STAGES>
-__global__ void __launch_bounds__(256, 1) tree_attention_chunk_kernel(KernelArgs a) {
+// registers); STAGES: stages in the ring (STAGES - 1 in flight); WARPS: most warps a CTA may have
+// (rows past them go to further CTAs, KernelArgs::row_splits); QS: Q lives in shared memory and
+// its A fragments are ldmatrix'ed each step (frees the 32 * MT registers that hold Q otherwise,
+// for 64-key softmax steps at 32 rows a warp).
+template <int MT, int NB, int NBC, int STAGES, int WARPS, bool QS>
+__global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(KernelArgs a) {
   static_assert(NB % NBC == 0, "a stage is whole softmax steps");
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  auto* ks = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [STAGES][NB][B][kRowPad]
-  __nv_bfloat16* vs = ks + STAGES * NB * kTile;            // [STAGES][NB][B][kRowPad]
-  auto* meta_members = reinterpret_cast<uint64_t*>(vs + STAGES * NB * kTile);  // [STAGES][NB]
+  auto* ks = reinterpret_cast<__nv_bfloat16*>(smem_raw);                        // [STAGES][NB][B][kRowPad]
+  __nv_bfloat16* vs = ks + STAGES * NB * kTile;                                 // [STAGES][NB][B][kRowPad]
+  auto* meta_members = reinterpret_cast<uint64_t*>(vs + STAGES * NB * kTile);   // [STAGES][NB]
   auto* meta_logical = reinterpret_cast<int32_t*>(meta_members + STAGES * NB);  // [STAGES][NB], -1: none
+  // [cta_rows][kRowPad] when QS, 16-byte aligned after the metadata
+  auto* qs = reinterpret_cast<__nv_bfloat16*>(smem_raw + (STAGES * NB * (4 * kTile + 12) + 15) / 16 * 16);
 
   // Everything below reads what earlier kernels wrote (q, K/V, lists) or writes the workspace the
   // previous call's merge may still read.
   pdl_wait();
 
-  const int chunk = blockIdx.x, kvh = blockIdx.y, group = blockIdx.z;
+  const int chunk = blockIdx.x, kvh = blockIdx.y, group = blockIdx.z / a.row_splits;
+  const int cta_row0 = blockIdx.z % a.row_splits * a.cta_rows;
   const int gqa = a.q_heads / a.kv_heads;
   const size_t list_base = (size_t(group) * a.kv_heads + kvh) * a.max_blocks;
   const int count = a.list_blocks ? a.list_counts[group * a.kv_heads + kvh] : a.max_blocks;
@@ -131,6 +145,15 @@ __global__ void __launch_bounds__(256, 1) tree_attention_chunk_kernel(KernelArgs
         const int which = p / (kPieces / 2), key = (p % (kPieces / 2)) / (D / 8), col = p % (D / 8) * 8;
         cp_async16((which ? vd : kd) + key * kRowPad + col, (which ? vg : kg) + key * D + col);
       }
+    } else {
+      // An absent block (partial last stage) reads as zeros: the mask sets its scores to -inf and
+      // P = 0 times zero V adds nothing, so the mma loops take every block without a branch.
+      __nv_bfloat16* kd = ks + (slot * NB + my_blk) * kTile;
+      __nv_bfloat16* vd = vs + (slot * NB + my_blk) * kTile;
+      for (int p = my_t; p < kPieces; p += team) {
+        const int which = p / (kPieces / 2), key = (p % (kPieces / 2)) / (D / 8), col = p % (D / 8) * 8;
+        *reinterpret_cast<uint4*>((which ? vd : kd) + key * kRowPad + col) = make_uint4(0u, 0u, 0u, 0u);
+      }
     }
     if (my_t == 0) {
       meta_logical[slot * NB + my_blk] = next_logical;
@@ -147,14 +170,27 @@ __global__ void __launch_bounds__(256, 1) tree_attention_chunk_kernel(KernelArgs
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
-  const int row0 = warp * 16 * MT;
+  const int row0 = cta_row0 + warp * 16 * MT;
   const bool computes = row0 < a.rows;
   const int node0 = group * a.group_size;
   const int total_len = a.prefix_len + a.nodes;
 
+  // QS: the group's Q rows (zeros for padding) into shared memory, 16 bytes a thread a step; the
+  // main loop's first barrier publishes them.
+  if constexpr (QS) {
+    for (int i = threadIdx.x; i < a.cta_rows * (D / 8); i += blockDim.x) {
+      const int row = cta_row0 + i / (D / 8), col = i % (D / 8) * 8, local = row / gqa;
+      uint4 x = make_uint4(0u, 0u, 0u, 0u);
+      if (row < a.rows && node0 + local < a.nodes)
+        x = *reinterpret_cast<const uint4*>(a.q + (size_t(node0 + local) * a.q_heads + kvh * gqa + row % gqa) * D +
+                                            col);
+      *reinterpret_cast<uint4*>(qs + (row - cta_row0) * kRowPad + col) = x;
+    }
+  }
+
   // This thread's rows: g and g+8 of each of its MT tiles; node -1 for padding rows.
   int row_node[MT][2];
-  uint32_t qf[MT][8][4];  // Q as the A operand, 16 rows x 128 dims per tile, loaded once
+  uint32_t qf[QS ? 1 : MT][QS ? 1 : 8][4];  // !QS: Q as the A operand, 16 rows x 128 dims a tile, loaded once
 #pragma unroll
   for (int m = 0; m < MT; ++m) {
 #pragma unroll
@@ -163,14 +199,16 @@ __global__ void __launch_bounds__(256, 1) tree_attention_chunk_kernel(KernelArgs
       const int local = row / gqa;
       const bool valid = row < a.rows && node0 + local < a.nodes;
       row_node[m][r] = valid ? node0 + local : -1;
-      const __nv_bfloat16* src =
-          a.q + (size_t(valid ? node0 + local : 0) * a.q_heads + kvh * gqa + row % gqa) * D + 2 * t;
+      if constexpr (!QS) {
+        const __nv_bfloat16* src =
+            a.q + (size_t(valid ? node0 + local : 0) * a.q_heads + kvh * gqa + row % gqa) * D + 2 * t;
 #pragma unroll
-      for (int kk = 0; kk < 8; ++kk) {
+        for (int kk = 0; kk < 8; ++kk) {
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          // a0: row g, a1: row g+8, a2: g cols+8, a3: g+8 cols+8
-          qf[m][kk][r + 2 * half] = valid ? *reinterpret_cast<const uint32_t*>(src + kk * 16 + half * 8) : 0u;
+          for (int half = 0; half < 2; ++half) {
+            // a0: row g, a1: row g+8, a2: g cols+8, a3: g+8 cols+8
+            qf[m][kk][r + 2 * half] = valid ? *reinterpret_cast<const uint32_t*>(src + kk * 16 + half * 8) : 0u;
+          }
         }
       }
     }
@@ -181,7 +219,7 @@ __global__ void __launch_bounds__(256, 1) tree_attention_chunk_kernel(KernelArgs
   for (int m = 0; m < MT; ++m)
 #pragma unroll
     for (int i = 0; i < 16; ++i) o[m][i][0] = o[m][i][1] = o[m][i][2] = o[m][i][3] = 0.f;
-  float m_run[MT][2], l_run[MT][2];
+  float m_run[MT][2], l_run[MT][2];  // running max of the unscaled scores, running sum
 #pragma unroll
   for (int m = 0; m < MT; ++m) m_run[m][0] = m_run[m][1] = -INFINITY, l_run[m][0] = l_run[m][1] = 0.f;
 
@@ -211,44 +249,63 @@ __global__ void __launch_bounds__(256, 1) tree_attention_chunk_kernel(KernelArgs
     // The stage's blocks in steps of NBC: QK^T, one softmax update, PV per step.
 #pragma unroll
     for (int b0 = 0; b0 < NB; b0 += NBC) {
-      // S = Q K^T: per tile, 16 rows x NBC*16 keys as 2*NBC n-tiles of 8 keys.
+      // S = Q K^T (unscaled): per tile, 16 rows x NBC*16 keys as 2*NBC n-tiles of 8 keys.
       float s[MT][2 * NBC][4];
 #pragma unroll
       for (int m = 0; m < MT; ++m)
 #pragma unroll
         for (int j = 0; j < 2 * NBC; ++j) s[m][j][0] = s[m][j][1] = s[m][j][2] = s[m][j][3] = 0.f;
-#pragma unroll
-      for (int bb = 0; bb < NBC; ++bb) {
-        const int b = b0 + bb;
-        if (logical[b] < 0) continue;
-        const __nv_bfloat16* kt = ks + (slot * NB + b) * kTile + k_row * kRowPad + k_col;
+      if constexpr (QS) {
+        // dims outer: each Q A fragment (ldmatrix, same lane layout as V's) serves the step's
+        // blocks.
 #pragma unroll
         for (int kk = 0; kk < 8; ++kk) {
-          uint32_t kf[4];
-          ldmatrix_x4(kf, kt + kk * 16);
+          uint32_t qa[MT][4];
 #pragma unroll
-          for (int m = 0; m < MT; ++m) {
-            mma16816(s[m][2 * bb], qf[m][kk], kf[0], kf[1]);
-            mma16816(s[m][2 * bb + 1], qf[m][kk], kf[2], kf[3]);
+          for (int m = 0; m < MT; ++m)
+            ldmatrix_x4(qa[m], qs + (row0 - cta_row0 + m * 16 + v_row) * kRowPad + kk * 16 + v_col);
+#pragma unroll
+          for (int bb = 0; bb < NBC; ++bb) {
+            uint32_t kf[4];
+            ldmatrix_x4(kf, ks + (slot * NB + b0 + bb) * kTile + k_row * kRowPad + k_col + kk * 16);
+#pragma unroll
+            for (int m = 0; m < MT; ++m) {
+              mma16816(s[m][2 * bb], qa[m], kf[0], kf[1]);
+              mma16816(s[m][2 * bb + 1], qa[m], kf[2], kf[3]);
+            }
+          }
+        }
+      } else {
+#pragma unroll
+        for (int bb = 0; bb < NBC; ++bb) {
+          const int b = b0 + bb;
+          const __nv_bfloat16* kt = ks + (slot * NB + b) * kTile + k_row * kRowPad + k_col;
+          uint32_t kf[2][4];  // double-buffered: the next ldmatrix is in flight during this mma
+          ldmatrix_x4(kf[0], kt);
+#pragma unroll
+          for (int kk = 0; kk < 8; ++kk) {
+            if (kk + 1 < 8) ldmatrix_x4(kf[(kk + 1) % 2], kt + (kk + 1) * 16);
+#pragma unroll
+            for (int m = 0; m < MT; ++m) {
+              mma16816(s[m][2 * bb], qf[m][kk], kf[kk % 2][0], kf[kk % 2][1]);
+              mma16816(s[m][2 * bb + 1], qf[m][kk], kf[kk % 2][2], kf[kk % 2][3]);
+            }
           }
         }
       }
 
+      // Online softmax on the unscaled scores, all of the thread's rows at once (independent
+      // chains, one vote): masked keys become -inf; max over the row; p = 2^(s*scale - max*scale)
+      // as one FFMA and one MUFU a score.
+      float mx[MT][2];
 #pragma unroll
       for (int m = 0; m < MT; ++m) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          float mx = -INFINITY;
+          mx[m][r] = -INFINITY;
           if (whole) {
 #pragma unroll
-            for (int j = 0; j < 2 * NBC; ++j) {
-#pragma unroll
-              for (int c = 0; c < 2; ++c) {
-                float& x = s[m][j][2 * r + c];
-                x *= a.scale_log2;
-                mx = fmaxf(mx, x);
-              }
-            }
+            for (int j = 0; j < 2 * NBC; ++j) mx[m][r] = fmaxf(mx[m][r], fmaxf(s[m][j][2 * r], s[m][j][2 * r + 1]));
           } else {
             const int node = row_node[m][r];
 #pragma unroll
@@ -266,35 +323,55 @@ __global__ void __launch_bounds__(256, 1) tree_attention_chunk_kernel(KernelArgs
                   const int pos = logical[b] * B + jj * 8 + 2 * t + c;
                   bool visible = member && pos < total_len;
                   if (visible && pos >= a.prefix_len) visible = (anc >> (pos - a.prefix_len)) & 1ull;
-                  x = visible ? x * a.scale_log2 : -INFINITY;
-                  mx = fmaxf(mx, x);
+                  if (!visible) x = -INFINITY;
+                  mx[m][r] = fmaxf(mx[m][r], x);
                 }
               }
             }
           }
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-          const float m_new = fmaxf(m_run[m][r], mx);
-          const float alpha = (m_new == -INFINITY) ? 1.f : exp2f(m_run[m][r] - m_new);
+        }
+      }
+#pragma unroll
+      for (int x = 1; x <= 2; x *= 2)
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) mx[m][r] = fmaxf(mx[m][r], __shfl_xor_sync(0xffffffffu, mx[m][r], x));
+      bool moved = false;
+      float alpha[MT][2];
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const float m_new = fmaxf(m_run[m][r], mx[m][r]);
+          // A row with nothing visible yet keeps max -inf: offset 0, so its -inf scores give p = 0.
+          const float offset = m_new == -INFINITY ? 0.f : m_new * a.scale_log2;
+          alpha[m][r] = m_new == m_run[m][r] ? 1.f : ex2(fmaf(m_run[m][r], a.scale_log2, -offset));
+          moved = moved || m_new != m_run[m][r];
+          m_run[m][r] = m_new;
           float sum = 0.f;
 #pragma unroll
           for (int j = 0; j < 2 * NBC; ++j) {
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
               float& x = s[m][j][2 * r + c];
-              x = (m_new == -INFINITY) ? 0.f : exp2f(x - m_new);
+              x = ex2(fmaf(x, a.scale_log2, -offset));
               sum += x;
             }
           }
-          l_run[m][r] = l_run[m][r] * alpha + sum;
-          m_run[m][r] = m_new;
-          // Once the running max settles, alpha is 1 for whole warps: skip the 32 multiplies.
-          if (__any_sync(0xffffffffu, alpha != 1.f)) {
+          l_run[m][r] = fmaf(l_run[m][r], alpha[m][r], sum);
+        }
+      }
+      // Once the running maxima settle, alpha is 1 for whole warps: skip the rescale.
+      if (__any_sync(0xffffffffu, moved)) {
 #pragma unroll
-            for (int i = 0; i < 16; ++i) {
-              o[m][i][2 * r] *= alpha;
-              o[m][i][2 * r + 1] *= alpha;
-            }
+        for (int m = 0; m < MT; ++m) {
+#pragma unroll
+          for (int i = 0; i < 16; ++i) {
+            o[m][i][0] *= alpha[m][0];
+            o[m][i][1] *= alpha[m][0];
+            o[m][i][2] *= alpha[m][1];
+            o[m][i][3] *= alpha[m][1];
           }
         }
       }
@@ -303,7 +380,6 @@ __global__ void __launch_bounds__(256, 1) tree_attention_chunk_kernel(KernelArgs
 #pragma unroll
       for (int bb = 0; bb < NBC; ++bb) {
         const int b = b0 + bb;
-        if (logical[b] < 0) continue;
         uint32_t pf[MT][4];
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
@@ -313,14 +389,15 @@ __global__ void __launch_bounds__(256, 1) tree_attention_chunk_kernel(KernelArgs
           pf[m][3] = pack_bf16(s[m][2 * bb + 1][2], s[m][2 * bb + 1][3]);
         }
         const __nv_bfloat16* vt = vs + (slot * NB + b) * kTile + v_row * kRowPad + v_col;
+        uint32_t vf[2][4];  // double-buffered like K
+        ldmatrix_x4_trans(vf[0], vt);
 #pragma unroll
         for (int dp = 0; dp < 8; ++dp) {
-          uint32_t vf[4];
-          ldmatrix_x4_trans(vf, vt + dp * 16);
+          if (dp + 1 < 8) ldmatrix_x4_trans(vf[(dp + 1) % 2], vt + (dp + 1) * 16);
 #pragma unroll
           for (int m = 0; m < MT; ++m) {
-            mma16816(o[m][2 * dp], pf[m], vf[0], vf[1]);
-            mma16816(o[m][2 * dp + 1], pf[m], vf[2], vf[3]);
+            mma16816(o[m][2 * dp], pf[m], vf[dp % 2][0], vf[dp % 2][1]);
+            mma16816(o[m][2 * dp + 1], pf[m], vf[dp % 2][2], vf[dp % 2][3]);
           }
         }
       }
@@ -345,7 +422,7 @@ __global__ void __launch_bounds__(256, 1) tree_attention_chunk_kernel(KernelArgs
       for (int i = 0; i < 16; ++i) {
         *reinterpret_cast<float2*>(dst + i * 8 + 2 * t) = make_float2(o[m][i][2 * r], o[m][i][2 * r + 1]);
       }
-      if (t == 0) a.part_ml[part_row0 + row] = make_float2(m_run[m][r], lr);
+      if (t == 0) a.part_ml[part_row0 + row] = make_float2(m_run[m][r] * a.scale_log2, lr);
     }
   }
 }
@@ -408,45 +485,48 @@ __global__ void __launch_bounds__(kMergeWarps * 32) tree_attention_merge_kernel(
 // One compiled configuration of the chunk kernel.
 struct Variant {
   const char* name;
-  int mt, nb, stages;
+  int mt, nb, stages, max_warps;
+  bool qs;
   void (*kernel)(KernelArgs);
 };
 constexpr Variant kVariants[] = {
-    {"m1b1", 1, 1, 4, tree_attention_chunk_kernel<1, 1, 1, 4>},
-    {"m1b2", 1, 2, 4, tree_attention_chunk_kernel<1, 2, 2, 4>},
-    {"m1b4", 1, 4, 3, tree_attention_chunk_kernel<1, 4, 4, 3>},
-    {"m2b1", 2, 1, 4, tree_attention_chunk_kernel<2, 1, 1, 4>},
-    {"m2b2", 2, 2, 4, tree_attention_chunk_kernel<2, 2, 1, 4>},
-    {"m2b4", 2, 4, 3, tree_attention_chunk_kernel<2, 4, 1, 3>},
+    {"m1b4", 1, 4, 3, 8, false, tree_attention_chunk_kernel<1, 4, 4, 3, 8, false>},
+    {"q2b4w4", 2, 4, 2, 4, true, tree_attention_chunk_kernel<2, 4, 4, 2, 4, true>},
+    {"q2b4s4", 2, 4, 4, 8, true, tree_attention_chunk_kernel<2, 4, 4, 4, 8, true>},
 };
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
-size_t variant_smem(const Variant& v) {
-  return size_t(v.stages) * v.nb * (2 * kTile * sizeof(__nv_bfloat16) + sizeof(uint64_t) + sizeof(int32_t));
+// The chunk kernel's shared memory: K/V stages, their metadata, then (QS) the CTA's Q rows.
+size_t variant_smem(const Variant& v, int cta_rows) {
+  const size_t stages =
+      size_t(v.stages) * v.nb * (2 * kTile * sizeof(__nv_bfloat16) + sizeof(uint64_t) + sizeof(int32_t));
+  return (stages + 15) / 16 * 16 + (v.qs ? size_t(cta_rows) * kRowPad * sizeof(__nv_bfloat16) : 0);
 }
 
-// Variant choice: SPECULA_TREE_ATTN=<small>,<large> names the variant for groups of <= 64 rows and
-// for larger ones (A/B timing on the device); default below. MT 1 takes at most 128 rows (8 warps):
-// above that m2b1 stands in.
+// Variant choice by query rows a (group, kv head): <= 64 rows (16 nodes at GQA 4), <= 128, more.
+// SPECULA_TREE_ATTN=<a>,<b>,<c> overrides them (A/B timing on the device).
 struct Choice {
-  int small = 0, large = 0;
+  int tier[3] = {0, 1, 2};
 };
 Choice variant_choice() {
   static const Choice choice = [] {
-    Choice c{2, 4};
+    Choice c;
     auto find = [](const char* s, size_t n) {
       for (int i = 0; i < kNumVariants; ++i)
         if (std::strlen(kVariants[i].name) == n && std::strncmp(kVariants[i].name, s, n) == 0) return i;
       return -1;
     };
     if (const char* env = std::getenv("SPECULA_TREE_ATTN")) {
-      const char* comma = std::strchr(env, ',');
-      const int s = find(env, comma ? size_t(comma - env) : std::strlen(env));
-      const int l = comma ? find(comma + 1, std::strlen(comma + 1)) : s;
-      if (s >= 0) c.small = s;
-      if (l >= 0) c.large = l;
-      std::fprintf(stderr, "tree_attention: SPECULA_TREE_ATTN=%s -> %s,%s\n", env, kVariants[c.small].name,
-                   kVariants[c.large].name);
+      const char* p = env;
+      for (int t = 0; t < 3 && *p; ++t) {
+        const char* comma = std::strchr(p, ',');
+        const size_t n = comma ? size_t(comma - p) : std::strlen(p);
+        const int v = find(p, n);
+        if (v >= 0) c.tier[t] = v;
+        p += n + (comma ? 1 : 0);
+      }
+      std::fprintf(stderr, "tree_attention: SPECULA_TREE_ATTN=%s -> %s,%s,%s\n", env, kVariants[c.tier[0]].name,
+                   kVariants[c.tier[1]].name, kVariants[c.tier[2]].name);
     }
     return c;
   }();
@@ -466,11 +546,13 @@ const DeviceShape& device_shape() {
     int dev = 0;
     if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&shape.sms, cudaDevAttrMultiProcessorCount, dev);
     for (int i = 0; i < kNumVariants; ++i) {
-      const size_t smem = variant_smem(kVariants[i]);
-      cudaFuncSetAttribute(kVariants[i].kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+      const Variant& v = kVariants[i];
+      const int most = static_cast<int>(variant_smem(v, 16 * v.mt * v.max_warps));
+      cudaFuncSetAttribute(v.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
       for (int w = 1; w <= kMaxRows / 16; ++w) {
         int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kVariants[i].kernel, w * 32, smem) != cudaSuccess) n = 1;
+        const size_t smem = variant_smem(v, 16 * v.mt * w);
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, v.kernel, w * 32, smem) != cudaSuccess) n = 1;
         shape.ctas_per_sm[i][w] = std::max(1, n);
       }
     }
@@ -481,7 +563,7 @@ const DeviceShape& device_shape() {
 
 struct Plan {
   int variant = 0;
-  int rows = 0, rows_pad = 0, warps = 0, threads = 0;
+  int rows = 0, rows_pad = 0, warps = 0, threads = 0, cta_rows = 0, row_splits = 1;
   int per_chunk = 0, chunks = 0;
   size_t smem = 0;
 };
@@ -491,21 +573,25 @@ Plan make_plan(const TreeQueries& tq, int kv_heads, int groups, int group_size, 
   const int gqa = tq.q_heads / kv_heads;
   p.rows = group_size * gqa;
   const Choice choice = variant_choice();
-  p.variant = p.rows <= 64 ? choice.small : choice.large;
-  if (kVariants[p.variant].mt == 1 && p.rows > 128) p.variant = 3;  // m2b1
+  p.variant = choice.tier[p.rows <= 64 ? 0 : p.rows <= 128 ? 1 : 2];
   const Variant& v = kVariants[p.variant];
   const int tile_rows = 16 * v.mt;
   p.rows_pad = (p.rows + tile_rows - 1) / tile_rows * tile_rows;
-  p.warps = std::max(4, p.rows_pad / 16 / v.mt);
+  // Rows past what one CTA's warps hold go to further CTAs over the same KV chunk (their second
+  // read of it mostly hits L2: they run in the same wave).
+  const int most_rows = tile_rows * v.max_warps;
+  p.row_splits = (p.rows_pad + most_rows - 1) / most_rows;
+  p.cta_rows = std::min(p.rows_pad, most_rows);
+  p.warps = std::max(4, p.cta_rows / tile_rows);
   p.threads = p.warps * 32;
-  p.smem = variant_smem(v);
+  p.smem = variant_smem(v, p.cta_rows);
   // One full wave of CTAs (at most 4 per SM: more only adds partials to merge; rounded down to a
   // multiple of the (group, kv head) pairs, so no CTA waits for a second wave); each CTA takes at
   // least one stage, and whole stages.
   const DeviceShape& shape = device_shape();
   const int per_sm = std::min(4, shape.ctas_per_sm[p.variant][std::min(p.warps, kMaxRows / 16)]);
   const int ctas_wanted = shape.sms * per_sm;
-  const int base = std::max(1, groups * kv_heads);
+  const int base = std::max(1, groups * kv_heads * p.row_splits);
   const int chunks = std::max(1, ctas_wanted / base);
   p.per_chunk = std::max(1, (max_blocks + chunks - 1) / chunks);
   p.per_chunk = (p.per_chunk + v.nb - 1) / v.nb * v.nb;
@@ -521,6 +607,8 @@ bool check_queries(const PagedKv& kv, const TreeQueries& tq, std::string* error)
   if (tq.nodes < 1 || tq.nodes > kAttnMaxNodes) return fail("nodes must be 1..64");
   if (kv.kv_heads < 1 || tq.q_heads % kv.kv_heads != 0) return fail("q_heads must be a multiple of kv_heads");
   if (tq.prefix_len < 0) return fail("prefix_len must be >= 0");
+  // The kernels take the row max of unscaled scores: right only for a positive scale.
+  if (!(tq.scale > 0.f)) return fail("scale must be > 0");
   if (!kv.k || !kv.v || !kv.block_table || !tq.q || !tq.ancestors) return fail("null input pointer");
   return true;
 }
@@ -536,8 +624,9 @@ bool launch(const PagedKv& kv, const TreeQueries& tq, const int32_t* blocks, con
   const Plan p = make_plan(tq, kv.kv_heads, groups, group_size, max_blocks);
   const size_t need = attention_workspace_bytes(tq, kv.kv_heads, groups, group_size, max_blocks);
   if (workspace_bytes < need) {
-    if (error) *error = "tree_attention: workspace too small (" + std::to_string(workspace_bytes) + " < " +
-                        std::to_string(need) + " bytes)";
+    if (error)
+      *error = "tree_attention: workspace too small (" + std::to_string(workspace_bytes) + " < " +
+               std::to_string(need) + " bytes)";
     return false;
   }
   KernelArgs a{};
@@ -562,9 +651,12 @@ bool launch(const PagedKv& kv, const TreeQueries& tq, const int32_t* blocks, con
   a.chunks = p.chunks;
   a.rows = p.rows;
   a.rows_pad = p.rows_pad;
+  a.cta_rows = p.cta_rows;
+  a.row_splits = p.row_splits;
   a.scale_log2 = tq.scale * 1.4426950408889634f;
   auto s = static_cast<cudaStream_t>(stream);
-  launch_pdl(kVariants[p.variant].kernel, dim3(p.chunks, kv.kv_heads, groups), dim3(p.threads), p.smem, s, a);
+  launch_pdl(kVariants[p.variant].kernel, dim3(p.chunks, kv.kv_heads, groups * p.row_splits), dim3(p.threads), p.smem,
+             s, a);
   const int items = tq.nodes * tq.q_heads;
   launch_pdl(tree_attention_merge_kernel, dim3((items + kMergeWarps - 1) / kMergeWarps), dim3(kMergeWarps * 32), 0, s,
              a, reinterpret_cast<__nv_bfloat16*>(out));

@@ -150,6 +150,7 @@ inline void ldm(uint32_t (&r)[4], const void* p, bool trans) {
 }
 inline void ldmatrix_x4(uint32_t (&r)[4], const void* p) { ldm(r, p, false); }
 inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) { ldm(r, p, true); }
+inline float ex2(float x) { return std::exp2(x); }
 inline uint32_t pack_bf16(float lo, float hi) {
   return uint32_t(testing::to_bf16(lo)) | (uint32_t(testing::to_bf16(hi)) << 16);
 }
@@ -193,7 +194,7 @@ void run_grid(dim3 grid, int threads, size_t smem_bytes, const std::function<voi
       }
 }
 
-template <int MT, int NB, int NBC, int STAGES>
+template <int MT, int NB, int NBC, int STAGES, int WARPS, bool QS>
 double run_case(std::mt19937_64& rng, int nodes, int prefix, int per_chunk_target, bool sparse, int group_size,
                 int q_heads = 8) {
   const int kv_heads = 2, gqa = q_heads / kv_heads;
@@ -230,7 +231,8 @@ double run_case(std::mt19937_64& rng, int nodes, int prefix, int per_chunk_targe
       }
   }
   const int rows = gs * gqa, tile = 16 * MT, rows_pad = (rows + tile - 1) / tile * tile;
-  const int warps = std::max(4, rows_pad / 16 / MT), threads = warps * 32;
+  const int most = tile * WARPS, splits = (rows_pad + most - 1) / most, cta_rows = std::min(rows_pad, most);
+  const int warps = std::max(4, cta_rows / tile), threads = warps * 32;
   int per_chunk = (per_chunk_target + NB - 1) / NB * NB;
   const int chunks = (max_blocks + per_chunk - 1) / per_chunk;
   std::vector<float> part_o(size_t(groups) * kv_heads * chunks * rows_pad * D, NAN);
@@ -249,9 +251,10 @@ double run_case(std::mt19937_64& rng, int nodes, int prefix, int per_chunk_targe
   a.part_ml = part_ml.data();
   a.kv_heads = kv_heads; a.q_heads = q_heads; a.nodes = nodes; a.prefix_len = prefix; a.group_size = gs;
   a.max_blocks = max_blocks; a.per_chunk = per_chunk; a.chunks = chunks; a.rows = rows; a.rows_pad = rows_pad;
+  a.cta_rows = cta_rows; a.row_splits = splits;
   a.scale_log2 = p.scale * 1.4426950408889634f;
-  const size_t smem = size_t(STAGES) * NB * (2 * kTile * 2 + 12);
-  run_grid(dim3(chunks, kv_heads, groups), threads, smem, [&] { tree_attention_chunk_kernel<MT, NB, NBC, STAGES>(a); });
+  const size_t smem = (size_t(STAGES) * NB * (2 * kTile * 2 + 12) + 15) / 16 * 16 + (QS ? size_t(cta_rows) * kRowPad * 2 : 0);
+  run_grid(dim3(chunks, kv_heads, groups * splits), threads, smem, [&] { tree_attention_chunk_kernel<MT, NB, NBC, STAGES, WARPS, QS>(a); });
   const int items = nodes * q_heads;
   run_grid(dim3((items + 7) / 8, 1, 1), 256, 0, [&] { tree_attention_merge_kernel(a, reinterpret_cast<__nv_bfloat16*>(out.data())); });
   double num = 0, den = 0;
@@ -266,25 +269,25 @@ double run_case(std::mt19937_64& rng, int nodes, int prefix, int per_chunk_targe
       }
     }
   const double err = std::sqrt(num / den);
-  std::printf("MT%d NB%d NBC%d ST%d %s nodes=%d q_heads=%d prefix=%d per_chunk=%d chunks=%d rel_err=%.2e %s\n", MT,
-              NB, NBC, STAGES, sparse ? "sparse" : "dense", nodes, q_heads, prefix, per_chunk, chunks, err,
+  std::printf("MT%d NB%d NBC%d ST%d W%d QS%d %s nodes=%d q_heads=%d prefix=%d per_chunk=%d chunks=%d rel_err=%.2e %s\n", MT,
+              NB, NBC, STAGES, WARPS, int(QS), sparse ? "sparse" : "dense", nodes, q_heads, prefix, per_chunk, chunks, err,
               err < 1e-2 ? "ok" : "FAIL");
   return err;
 }
 
-template <int MT, int NB, int NBC, int STAGES>
+template <int MT, int NB, int NBC, int STAGES, int WARPS, bool QS>
 int run_variant(std::mt19937_64& rng) {
   int fails = 0;
   auto chk = [&](double e) { fails += !(e < 1e-2); };
-  chk(run_case<MT, NB, NBC, STAGES>(rng, 5, 0, 3, false, 0));
-  chk(run_case<MT, NB, NBC, STAGES>(rng, 8, 1000, 13, false, 0));
-  chk(run_case<MT, NB, NBC, STAGES>(rng, 37, 517, 9, false, 0));
-  chk(run_case<MT, NB, NBC, STAGES>(rng, 64, 700, 24, false, 0));
-  chk(run_case<MT, NB, NBC, STAGES>(rng, 1, 37, 1, false, 0));
-  chk(run_case<MT, NB, NBC, STAGES>(rng, 13, 600, 5, true, 4));
-  if (MT == 2) chk(run_case<MT, NB, NBC, STAGES>(rng, 40, 300, 7, true, 16));
-  chk(run_case<MT, NB, NBC, STAGES>(rng, 23, 200, 6, false, 0, 2));  // gqa 1
-  chk(run_case<MT, NB, NBC, STAGES>(rng, 29, 150, 5, false, 0, 4));  // gqa 2
+  chk(run_case<MT, NB, NBC, STAGES, WARPS, QS>(rng, 5, 0, 3, false, 0));
+  chk(run_case<MT, NB, NBC, STAGES, WARPS, QS>(rng, 8, 1000, 13, false, 0));
+  chk(run_case<MT, NB, NBC, STAGES, WARPS, QS>(rng, 37, 517, 9, false, 0));
+  chk(run_case<MT, NB, NBC, STAGES, WARPS, QS>(rng, 64, 700, 24, false, 0));
+  chk(run_case<MT, NB, NBC, STAGES, WARPS, QS>(rng, 1, 37, 1, false, 0));
+  chk(run_case<MT, NB, NBC, STAGES, WARPS, QS>(rng, 13, 600, 5, true, 4));
+  if (MT == 2) chk(run_case<MT, NB, NBC, STAGES, WARPS, QS>(rng, 40, 300, 7, true, 16));
+  chk(run_case<MT, NB, NBC, STAGES, WARPS, QS>(rng, 23, 200, 6, false, 0, 2));  // gqa 1
+  chk(run_case<MT, NB, NBC, STAGES, WARPS, QS>(rng, 29, 150, 5, false, 0, 4));  // gqa 2
   return fails;
 }
 
@@ -292,19 +295,18 @@ int main(int argc, char** argv) {
   const uint64_t seed = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : std::random_device{}();
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
   std::mt19937_64 rng(seed);
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   int fails = 0;
   if (std::getenv("EMU_QUICK")) {
-    fails += !(run_case<2, 2, 1, 4>(rng, 8, 1000, 13, false, 0) < 1e-2);
-    fails += !(run_case<2, 2, 1, 4>(rng, 13, 600, 5, true, 4) < 1e-2);
+    fails += !(run_case<2, 4, 4, 4, 8, true>(rng, 8, 1000, 13, false, 0) < 1e-2);
+    fails += !(run_case<2, 4, 4, 4, 8, true>(rng, 13, 600, 5, true, 4) < 1e-2);
     std::printf("%s (%d failing cases)\n", fails ? "FAILED" : "PASSED", fails);
     return fails ? 1 : 0;
   }
-  fails += run_variant<1, 1, 1, 4>(rng);
-  fails += run_variant<1, 2, 2, 4>(rng);
-  fails += run_variant<1, 4, 4, 3>(rng);
-  fails += run_variant<2, 1, 1, 4>(rng);
-  fails += run_variant<2, 2, 1, 4>(rng);
-  fails += run_variant<2, 4, 1, 3>(rng);
+  // The variants of kernels/cuda/tree_attention.cu (kVariants).
+  fails += run_variant<1, 4, 4, 3, 8, false>(rng);
+  fails += run_variant<2, 4, 4, 2, 4, true>(rng);
+  fails += run_variant<2, 4, 4, 4, 8, true>(rng);
   std::printf("%s (%d failing cases)\n", fails ? "FAILED" : "PASSED", fails);
   return fails ? 1 : 0;
 }

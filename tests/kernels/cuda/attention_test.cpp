@@ -81,9 +81,10 @@ TEST(CudaTreeAttention, DenseMatchesReferenceOnRandomTrees) {
   if (device_count() == 0) GTEST_SKIP() << "skipped: no GPU (" << no_device_reason() << ")";
   std::mt19937_64 rng(fresh_seed());
   struct Case { int nodes, prefix; };
-  // The long contexts give each CTA several pipeline stages and a partial last one.
-  for (Case c : {Case{1, 37}, Case{5, 0}, Case{8, 1000}, Case{16, 3001}, Case{64, 517}, Case{64, 4096},
-                 Case{37, 20011}, Case{64, 30000}}) {
+  // The long contexts give each CTA several pipeline stages and a partial last one. Row counts
+  // (nodes x 4 q heads a kv head) cover each kernel variant: <= 64, 65..128 (29, 32 nodes), > 128.
+  for (Case c : {Case{1, 37}, Case{5, 0}, Case{8, 1000}, Case{16, 3001}, Case{29, 7001}, Case{32, 2048},
+                 Case{64, 517}, Case{64, 4096}, Case{37, 20011}, Case{64, 30000}}) {
     const Problem p = testing::make_problem(rng, 2, 8, c.nodes, c.prefix);
     DeviceProblem dp(p);
     const int max_blocks = p.nblocks;
