@@ -91,21 +91,6 @@ int main(int argc, char** argv) {
       }
     });
     const double head_ms = best_ms(reps, [&] { matmul(head); });
-    // The same without AMX (the VNNI kernel), where AMX would run.
-    double vnni_layer_ms = layer_ms, vnni_head_ms = head_ms;
-    if (amx_available() && n >= kAmxMinTokens) {
-      set_amx_enabled(false);
-      vnni_layer_ms = best_ms(reps, [&] {
-        for (int l = 0; l < layers; ++l) {
-          matmul(qkv);
-          matmul(wo);
-          matmul(gate_up);
-          matmul(down);
-        }
-      });
-      vnni_head_ms = best_ms(reps, [&] { matmul(head); });
-      set_amx_enabled(true);
-    }
     // One task of tree attention: a query head's n rows over the committed blocks and the new rows.
     std::vector<KvSpan> spans;
     for (int64_t b = 0; b * kBlock < context; ++b) {
@@ -124,17 +109,18 @@ int main(int argc, char** argv) {
     rows.push_back({{"n", n},
                     {"layers_matmul_ms", layer_ms},
                     {"lm_head_ms", head_ms},
-                    {"vnni_layers_matmul_ms", vnni_layer_ms},
-                    {"vnni_lm_head_ms", vnni_head_ms},
                     {"attention_ms", attention_ms},
                     {"softmax_ms_in_attention", softmax_ms}});
-    std::fprintf(stderr, "n=%2d layers %.3f (vnni %.3f)  lm_head %.3f (vnni %.3f)  attention %.3f (softmax %.3f) ms\n",
-                 n, layer_ms, vnni_layer_ms, head_ms, vnni_head_ms, attention_ms, softmax_ms);
+    std::fprintf(stderr, "n=%2d layers %.3f  lm_head %.3f  attention %.3f (softmax %.3f) ms\n", n, layer_ms, head_ms,
+                 attention_ms, softmax_ms);
   }
-  const nlohmann::json report = {{"bench", "cpu_row_cost"},    {"date", bench::utc_now()},
-                                 {"host", bench::host_info()}, {"command", bench::command_line(argc, argv)},
-                                 {"amx", amx_available()},     {"context", context},
-                                 {"layers", layers},           {"rows", rows}};
+  const nlohmann::json report = {{"bench", "cpu_row_cost"},
+                                 {"date", bench::utc_now()},
+                                 {"host", bench::host_info()},
+                                 {"command", bench::command_line(argc, argv)},
+                                 {"context", context},
+                                 {"layers", layers},
+                                 {"rows", rows}};
   std::puts(report.dump(1).c_str());
   return 0;
 }

@@ -60,17 +60,6 @@ constexpr int64_t kTileRows = 16;
 // (it unpacks each row), and callers should split rows at multiples of kTileRows.
 bool tile_rows(PackedMatrix& w);
 
-// Intel AMX for tiled matrices: where the CPU has AMX-INT8 and Linux grants the tile state,
-// matmul_quantized multiplies a block of 32 weights × 16 rows by up to 16 tokens in one tile
-// instruction (TDPBSUD) instead of 8 vpdpbusd per token, for calls of at least kAmxMinTokens
-// tokens (below that, on the device Xeon, a block's tile zeroing, loads and stores cost more
-// than the vpdpbusd they save: bench_cpu_row_cost). The integer dot products are exact either way
-// and the float steps after them are the same, so results are bit-identical to the VNNI kernel;
-// the switch exists to compare the two.
-constexpr int64_t kAmxMinTokens = 8;
-bool amx_available();
-void set_amx_enabled(bool enabled);  // default on; off forces the VNNI kernel
-
 // Appends `rows` rows of a ggml-layout matrix (row length `cols`, row r at src + r·row_bytes)
 // at row offset `dst_row` of `out`, which must already have been set up by
 // init_packed_matrix() with the same format. force_f32 dequantizes to F32.

@@ -14,20 +14,12 @@
 // So step i (weights 4i..4i+3 of the block, i = 0..7) is vector i for U8, and for U4 the low
 // (i < 4) or high (i >= 4) nibbles of vector i mod 4; both pair with activation bytes 4i..4i+3.
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 
 #include "kernels/cpu/dequant.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_tiled.h"
 #include "kernels/cpu/simd.h"
-
-#if defined(SPECULA_AVX512) && defined(__linux__) && defined(__x86_64__)
-#include <cpuid.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-#define SPECULA_AMX 1
-#endif
 
 namespace specula {
 namespace {
@@ -159,225 +151,19 @@ void tile_token_pass(const PackedMatrix& w, const QuantizedRows& x, int64_t tile
 }
 
 template <bool kU4>
-void tile_all_tokens(const PackedMatrix& w, const QuantizedRows& x, int64_t tile, int64_t t_begin, int64_t t_end,
-                     float* y, int64_t ldy, int64_t first, int64_t last, bool accumulate) {
+void tile_all_tokens(const PackedMatrix& w, const QuantizedRows& x, int64_t tile, float* y, int64_t ldy, int64_t first,
+                     int64_t last, bool accumulate) {
   // Up to 6 tokens per pass: 12 accumulators, 8 weight vectors and the scales fit the 32 registers.
   // Passes of even size (7 tokens: 4 + 3, not 6 + 1): a pass costs its weight unpacking plus its
   // tokens, and a short pass also runs short dependency chains. A token's arithmetic is the same
   // in any pass.
-  const int64_t n = t_end - t_begin, passes = (n + 5) / 6;
-  for (int64_t p = 0, t = t_begin; p < passes; ++p) {
-    const int64_t left = t_end - t, size = left / (passes - p) + (left % (passes - p) != 0 ? 1 : 0);
+  const int64_t n = x.rows, passes = (n + 5) / 6;
+  for (int64_t p = 0, t = 0; p < passes; ++p) {
+    const int64_t left = n - t, size = left / (passes - p) + (left % (passes - p) != 0 ? 1 : 0);
     tile_token_pass<kU4>(w, x, tile, t, size, y, ldy, first, last, accumulate);
     t += size;
   }
 }
-
-#if defined(SPECULA_AMX)
-
-// ---- AMX ------------------------------------------------------------------------------------
-// Per tile and chunk of up to 16 tokens, two phases:
-//  1. dots: one TDPBSUD per block multiplies the chunk's activations (tokens × 32 int8, tile A)
-//     by the block's codes (8 steps × 16 rows × 4 bytes, tile B: exactly the U8 block layout;
-//     U4 blocks are unpacked to it first) into tokens × 16 rows of exact int32 sums.
-//  2. the float steps of tile_tokens on those sums, token by token, in the same order, so every
-//     output is bit-identical to the VNNI kernel's.
-// Tiles: 0-3 sums; 4, 5 activations; 6, 7 codes.
-
-std::atomic<bool> amx_enabled{true};
-
-bool request_amx() {
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-  if (!((d >> 24) & 1) || !((d >> 25) & 1)) return false;  // AMX-TILE, AMX-INT8
-  // Linux hands out the 8 KiB tile state only to processes that ask (arch_prctl(2)).
-  constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
-  return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
-}
-
-bool amx_granted() {
-  static const bool granted = request_amx();
-  return granted;
-}
-
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-__attribute__((target("amx-tile,amx-int8"))) void configure_tiles(int64_t tokens) {
-  TileConfig config;
-  for (int t = 0; t < 4; ++t) {
-    config.rows[t] = static_cast<uint8_t>(tokens);  // sums: tokens × 16 int32
-    config.colsb[t] = 64;
-  }
-  for (int t = 4; t < 6; ++t) {
-    config.rows[t] = static_cast<uint8_t>(tokens);  // activations: tokens × 32 int8
-    config.colsb[t] = kBlock;
-    config.rows[t + 2] = kBlock / 4;  // codes: 8 steps × 64 bytes
-    config.colsb[t + 2] = 64;
-  }
-  // GCC 12 does not see that ldtilecfg reads the config and drops the stores of rows and colsb;
-  // the empty asm makes them happen first.
-  __asm__ volatile("" : : "r"(&config) : "memory");
-  _tile_loadconfig(&config);
-}
-
-__attribute__((target("amx-tile,amx-int8"))) void release_tiles() { _tile_release(); }
-
-// One block: sums tile S (zeroed) += activations tile A × codes tile C, stored to `out`. A macro:
-// the tile intrinsics paste their register numbers into the instruction text.
-#define SPECULA_AMX_BLOCK(S, A, C, act, act_stride, codes, out) \
-  do {                                                          \
-    _tile_zero(S);                                              \
-    _tile_loadd(A, act, act_stride);                            \
-    _tile_loadd(C, codes, 64);                                  \
-    _tile_dpbsud(S, A, C);                                      \
-    _tile_stored(S, out, 64);                                   \
-  } while (0)
-
-// sums[(b·16 + t)·16 + j] = Σ_k q_a[t0 + t][32b + k] · code[row j][32b + k] for every block b.
-// Four sums tiles in turn keep four blocks in flight (a tile's next zeroing waits for its store).
-template <bool kU4>
-__attribute__((target("amx-tile,amx-int8"))) void amx_block_sums(const PackedMatrix& w, const QuantizedRows& x,
-                                                                 int64_t tile, int64_t t0, int32_t* sums,
-                                                                 uint8_t* unpacked) {
-  const int64_t n_blocks = w.cols / kBlock;
-  constexpr int64_t kCodes = kU4 ? 256 : 512;
-  constexpr int64_t kStride = kCodes + 64;
-  const uint8_t* blocks = w.tiles.data() + tile * n_blocks * kStride;
-  const int8_t* act = x.qs.data() + t0 * x.pairs * 64;
-  const int64_t act_stride = x.pairs * 64;
-  const uint8_t* codes = blocks;
-  int64_t codes_stride = kStride;
-  if constexpr (kU4) {  // all blocks unpacked first, so no tile load waits on the stores just made
-    const __m512i low_nibbles = _mm512_set1_epi8(0x0F);
-    for (int64_t b = 0; b < n_blocks; ++b) {
-      const uint8_t* blk = blocks + b * kStride;
-      uint8_t* dst = unpacked + b * 512;
-      for (int v = 0; v < 4; ++v) {
-        const __m512i raw = _mm512_load_si512(blk + v * 64);
-        _mm512_store_si512(dst + v * 64, _mm512_and_si512(raw, low_nibbles));
-        _mm512_store_si512(dst + (v + 4) * 64, _mm512_and_si512(_mm512_srli_epi16(raw, 4), low_nibbles));
-      }
-    }
-    __asm__ volatile("" : : "r"(unpacked) : "memory");  // tileloadd reads these (see configure_tiles)
-    codes = unpacked;
-    codes_stride = 512;
-  }
-  int64_t b = 0;
-  for (; b + 4 <= n_blocks; b += 4) {
-    SPECULA_AMX_BLOCK(0, 4, 6, act + b * kBlock, act_stride, codes + b * codes_stride, sums + b * 256);
-    SPECULA_AMX_BLOCK(1, 5, 7, act + (b + 1) * kBlock, act_stride, codes + (b + 1) * codes_stride,
-                      sums + (b + 1) * 256);
-    SPECULA_AMX_BLOCK(2, 4, 6, act + (b + 2) * kBlock, act_stride, codes + (b + 2) * codes_stride,
-                      sums + (b + 2) * 256);
-    SPECULA_AMX_BLOCK(3, 5, 7, act + (b + 3) * kBlock, act_stride, codes + (b + 3) * codes_stride,
-                      sums + (b + 3) * 256);
-  }
-  for (; b < n_blocks; ++b)
-    SPECULA_AMX_BLOCK(0, 4, 6, act + b * kBlock, act_stride, codes + b * codes_stride, sums + b * 256);
-  __asm__ volatile("" : : "r"(sums) : "memory");  // the float steps read what tilestored wrote
-}
-#undef SPECULA_AMX_BLOCK
-
-// tile_tokens' float steps for tokens [t0, t0 + T) with the block sums read from `sums`, whose
-// token rows start at token `s0`.
-template <int T, bool kU4>
-void tile_tokens_from_sums(const PackedMatrix& w, const QuantizedRows& x, int64_t tile, int64_t t0, const int32_t* sums,
-                           int64_t s0, float* y, int64_t ldy, int64_t first, int64_t last, bool accumulate) {
-  const int64_t n_blocks = w.cols / kBlock;
-  constexpr int64_t kCodes = kU4 ? 256 : 512;
-  constexpr int64_t kStride = kCodes + 64;
-  const uint8_t* blocks = w.tiles.data() + tile * n_blocks * kStride;
-  const float* ad[T];
-  const float* as[T];
-  for (int t = 0; t < T; ++t) {
-    ad[t] = x.dv.data() + (t0 + t) * x.pairs * 16;
-    as[t] = x.sv.data() + (t0 + t) * x.pairs * 16;
-  }
-  __m512 acc_d[T], acc_m[T];
-  for (int t = 0; t < T; ++t) acc_d[t] = acc_m[t] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    const uint8_t* blk = blocks + b * kStride;
-    const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(blk + kCodes)));
-    const __m512 mw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(blk + kCodes + 32)));
-    const int32_t* row = sums + b * 256 + s0 * 16;
-#pragma GCC unroll 8
-    for (int t = 0; t < T; ++t) {
-      const __m512 dot = _mm512_cvtepi32_ps(_mm512_load_si512(row + t * 16));
-      acc_d[t] = _mm512_fmadd_ps(dot, _mm512_mul_ps(dw, _mm512_set1_ps(ad[t][b * 8])), acc_d[t]);
-      acc_m[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(as[t][b * 8]), acc_m[t]);
-    }
-  }
-  const __mmask16 lanes = static_cast<__mmask16>(((1u << last) - 1) & ~((1u << first) - 1));
-  for (int t = 0; t < T; ++t) {
-    __m512 value = _mm512_fmadd_ps(acc_m[t], _mm512_set1_ps(8.0f), acc_d[t]);
-    float* dst = y + (t0 + t) * ldy + tile * kTileRows;
-    if (accumulate) value = _mm512_add_ps(value, _mm512_maskz_loadu_ps(lanes, dst));
-    _mm512_mask_storeu_ps(dst, lanes, value);
-  }
-}
-
-template <bool kU4>
-void tile_from_sums(const PackedMatrix& w, const QuantizedRows& x, int64_t tile, int64_t t0, int64_t n,
-                    const int32_t* sums, float* y, int64_t ldy, int64_t first, int64_t last, bool accumulate) {
-  // Token groups of up to 8 (16 accumulators); a token's steps do not depend on its group.
-  for (int64_t done = 0; done < n;) {
-    const int64_t left = n - done, groups = (left + 7) / 8, size = (left + groups - 1) / groups;
-    const int64_t t = t0 + done;
-    switch (size) {
-      case 8:
-        tile_tokens_from_sums<8, kU4>(w, x, tile, t, sums, done, y, ldy, first, last, accumulate);
-        break;
-      case 7:
-        tile_tokens_from_sums<7, kU4>(w, x, tile, t, sums, done, y, ldy, first, last, accumulate);
-        break;
-      case 6:
-        tile_tokens_from_sums<6, kU4>(w, x, tile, t, sums, done, y, ldy, first, last, accumulate);
-        break;
-      case 5:
-        tile_tokens_from_sums<5, kU4>(w, x, tile, t, sums, done, y, ldy, first, last, accumulate);
-        break;
-      case 4:
-        tile_tokens_from_sums<4, kU4>(w, x, tile, t, sums, done, y, ldy, first, last, accumulate);
-        break;
-      case 3:
-        tile_tokens_from_sums<3, kU4>(w, x, tile, t, sums, done, y, ldy, first, last, accumulate);
-        break;
-      case 2:
-        tile_tokens_from_sums<2, kU4>(w, x, tile, t, sums, done, y, ldy, first, last, accumulate);
-        break;
-      default:
-        tile_tokens_from_sums<1, kU4>(w, x, tile, t, sums, done, y, ldy, first, last, accumulate);
-        break;
-    }
-    done += size;
-  }
-}
-
-// Rows [row_begin, row_end) × tokens [t0, t0 + n), n in [1, 16].
-template <bool kU4>
-void amx_chunk(const PackedMatrix& w, const QuantizedRows& x, int64_t t0, int64_t n, float* y, int64_t ldy,
-               int64_t row_begin, int64_t row_end, bool accumulate) {
-  thread_local AlignedBuffer<int32_t> sums;
-  thread_local AlignedBuffer<uint8_t> unpacked;  // U4 codes as bytes, the U8 block layout
-  sums.ensure(static_cast<size_t>(w.cols / kBlock * 256));
-  if (kU4) unpacked.ensure(static_cast<size_t>(w.cols / kBlock * 512));
-  configure_tiles(n);
-  for (int64_t tile = row_begin / kTileRows; tile * kTileRows < row_end; ++tile) {
-    const int64_t first = std::max<int64_t>(row_begin - tile * kTileRows, 0);
-    const int64_t last = std::min<int64_t>(row_end - tile * kTileRows, kTileRows);
-    amx_block_sums<kU4>(w, x, tile, t0, sums.data(), unpacked.data());
-    tile_from_sums<kU4>(w, x, tile, t0, n, sums.data(), y, ldy, first, last, accumulate);
-  }
-  release_tiles();
-}
-
-#endif
 
 #else
 
@@ -462,48 +248,16 @@ void unpack_tiled_row(const PackedMatrix& w, int64_t r, float* dst) {
   }
 }
 
-bool amx_available() {
-#if defined(SPECULA_AMX)
-  return amx_granted();
-#else
-  return false;
-#endif
-}
-
-void set_amx_enabled(bool enabled) {
-#if defined(SPECULA_AMX)
-  amx_enabled.store(enabled);
-#else
-  (void)enabled;
-#endif
-}
-
 void matmul_quantized_tiled(const PackedMatrix& w, const QuantizedRows& x, float* y, int64_t ldy, int64_t row_begin,
                             int64_t row_end, bool accumulate) {
-#if defined(SPECULA_AMX)
-  if (x.rows >= kAmxMinTokens && amx_enabled.load(std::memory_order_relaxed) && amx_granted()) {
-    // Chunks of up to 16 tokens (a tile's rows), even in size; each streams the thread's rows.
-    const int64_t chunks = (x.rows + 15) / 16;
-    for (int64_t c = 0, t = 0; c < chunks; ++c) {
-      const int64_t left = x.rows - t, n = left / (chunks - c) + (left % (chunks - c) != 0 ? 1 : 0);
-      if (w.format == WeightFormat::U4) {
-        amx_chunk<true>(w, x, t, n, y, ldy, row_begin, row_end, accumulate);
-      } else {
-        amx_chunk<false>(w, x, t, n, y, ldy, row_begin, row_end, accumulate);
-      }
-      t += n;
-    }
-    return;
-  }
-#endif
   for (int64_t tile = row_begin / kTileRows; tile * kTileRows < row_end; ++tile) {
     const int64_t first = std::max<int64_t>(row_begin - tile * kTileRows, 0);
     const int64_t last = std::min<int64_t>(row_end - tile * kTileRows, kTileRows);
 #if defined(SPECULA_AVX512)
     if (w.format == WeightFormat::U4) {
-      tile_all_tokens<true>(w, x, tile, 0, x.rows, y, ldy, first, last, accumulate);
+      tile_all_tokens<true>(w, x, tile, y, ldy, first, last, accumulate);
     } else {
-      tile_all_tokens<false>(w, x, tile, 0, x.rows, y, ldy, first, last, accumulate);
+      tile_all_tokens<false>(w, x, tile, y, ldy, first, last, accumulate);
     }
 #else
     tile_all_tokens_scalar(w, x, tile, y, ldy, first, last, accumulate);

@@ -128,38 +128,6 @@ TEST_P(MatmulTiledTest, MatchesReferenceOverDequantizedInt8Activations) {
 INSTANTIATE_TEST_SUITE_P(Types, MatmulTiledTest, ::testing::Values(TensorType::Q4_1, TensorType::Q4_0, TensorType::Q8_0),
                          [](const auto& info) { return std::string(tensor_type_name(info.param)); });
 
-// AMX (where the CPU has it) against the VNNI kernel: the same bits for every token count, with
-// an odd block count, row ranges that cut tiles, and accumulation.
-TEST_P(MatmulTiledTest, AmxMatchesVnniBitForBit) {
-  if (!amx_available()) GTEST_SKIP() << "skipped: no AMX-INT8 on this CPU (or the kernel refused the tile state)";
-  const TensorType type = GetParam();
-  std::mt19937 rng(11);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (int64_t cols : {int64_t{160}, int64_t{576}}) {
-    const int64_t rows = 48;
-    const auto raw = random_quantized_rows(type, rows, cols, rng);
-    PackedMatrix tiled = packed(type, raw, rows, cols);
-    ASSERT_TRUE(tile_rows(tiled));
-    for (int64_t tokens : {1, 2, 3, 5, 8, 13, 16, 17, 40}) {
-      SCOPED_TRACE("cols " + std::to_string(cols) + " tokens " + std::to_string(tokens));
-      std::vector<float> x(static_cast<size_t>(tokens * cols));
-      for (auto& v : x) v = normal(rng);
-      QuantizedRows q;
-      q.resize(tokens, cols);
-      quantize_rows(x.data(), cols, q, 0, tokens);
-      std::vector<float> vnni(static_cast<size_t>(tokens * rows), 0.5f), amx(vnni);
-      for (bool use_amx : {false, true}) {
-        set_amx_enabled(use_amx);
-        std::vector<float>& y = use_amx ? amx : vnni;
-        matmul_quantized(tiled, q, y.data(), rows, 0, 21, true);
-        matmul_quantized(tiled, q, y.data(), rows, 21, rows, true);
-      }
-      set_amx_enabled(true);
-      ASSERT_EQ(0, std::memcmp(vnni.data(), amx.data(), vnni.size() * 4));
-    }
-  }
-}
-
 TEST(MatmulTiled, RefusesWhatItCannotTile) {
   std::mt19937 rng(1);
   const auto raw = random_quantized_rows(TensorType::Q4_1, 20, 64, rng);
