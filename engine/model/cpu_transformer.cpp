@@ -208,7 +208,18 @@ struct CpuTransformer::Impl {
     const int64_t B = kv.block_size(), committed = kv.committed();
     const int64_t qkv_ld = q_dim() + 2 * kv_dim();
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    const int64_t chunks = (T + kTreeChunk - 1) / kTreeChunk;
+    // Tasks: (query head, chunk of tokens). 9 heads on 2 threads would leave one thread idle for a
+    // whole head's time; splitting the tokens until the tasks divide evenly keeps both busy, and
+    // costs only repeated reads of keys that stay in cache (a token's arithmetic is unchanged).
+    int64_t chunks = (T + kTreeChunk - 1) / kTreeChunk;
+    for (int64_t c = chunks; c <= T; ++c) {
+      if ((cfg.n_heads * c) % pool.size() == 0) {
+        chunks = c;
+        break;
+      }
+    }
+    const int64_t chunk = (T + chunks - 1) / chunks;
+    chunks = (T + chunk - 1) / chunk;
     pool.run([&](int index, int n_threads) {
       int64_t begin, end;
       ThreadPool::split(cfg.n_heads * chunks, 1, index, n_threads, begin, end);
@@ -216,8 +227,8 @@ struct CpuTransformer::Impl {
       float* q = tree_q[static_cast<size_t>(index)].data();
       float* out = tree_out[static_cast<size_t>(index)].data();
       for (int64_t task = begin; task < end; ++task) {  // head-major: a KV head's tasks run back to back
-        const int64_t head = task / chunks, t0 = (task % chunks) * kTreeChunk;
-        const int64_t n = std::min(kTreeChunk, T - t0), h = head / group;
+        const int64_t head = task / chunks, t0 = (task % chunks) * chunk;
+        const int64_t n = std::min(chunk, T - t0), h = head / group;
         for (int64_t i = 0; i < n; ++i) {
           std::copy_n(qkv.data() + (t0 + i) * qkv_ld + head * hd, hd, q + i * hd);
         }

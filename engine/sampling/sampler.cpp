@@ -5,6 +5,8 @@
 #include <numeric>
 #include <vector>
 
+#include "kernels/cpu/activation.h"
+
 namespace specula {
 namespace {
 
@@ -15,11 +17,7 @@ double uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11)
 }  // namespace
 
 int32_t argmax(std::span<const float> logits) {
-  int32_t best = 0;
-  for (size_t i = 1; i < logits.size(); ++i) {
-    if (logits[i] > logits[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);
-  }
-  return best;
+  return static_cast<int32_t>(argmax_f32(logits.data(), static_cast<int64_t>(logits.size())));
 }
 
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}

@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "engine/spec/sampling_filters.h"
+#include "kernels/cpu/activation.h"
 
 namespace specula {
 
@@ -38,11 +39,7 @@ Status validate_acceptance_input(const DraftTree& tree, const TargetProbs& targe
 namespace {
 
 int32_t argmax_of(std::span<const float> p) {
-  size_t best = 0;
-  for (size_t i = 1; i < p.size(); ++i) {
-    if (p[i] > p[best]) best = i;
-  }
-  return static_cast<int32_t>(best);
+  return static_cast<int32_t>(argmax_f32(p.data(), static_cast<int64_t>(p.size())));
 }
 
 std::string format_tau(float tau) {

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "kernels/cpu/activation.h"
+
 namespace specula {
 
 std::vector<float> apply_sampling_filters(std::span<const float> logits, const SamplingParams& params) {
@@ -11,10 +13,7 @@ std::vector<float> apply_sampling_filters(std::span<const float> logits, const S
   std::vector<float> probs(vocab, 0.0f);
   if (vocab == 0) return probs;
 
-  size_t best = 0;
-  for (size_t i = 1; i < vocab; ++i) {
-    if (logits[i] > logits[best]) best = i;
-  }
+  const auto best = static_cast<size_t>(argmax_f32(logits.data(), static_cast<int64_t>(vocab)));
   if (params.temperature <= 0 || !(logits[best] > -INFINITY)) {
     probs[best] = 1.0f;
     return probs;

@@ -211,7 +211,7 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
   const int64_t row_bytes = kv_row_bytes();
   const auto V = static_cast<size_t>(cfg.vocab_size);
   std::vector<float> logits(V);
-  std::vector<float> probs;
+  std::vector<float> probs, all_logits;  // (rows, V) of the latest verify, kept across rounds
 
   auto choose = [&](std::span<const float> row) -> int32_t {
     if (!(target_filters.temperature > 0)) return argmax(row);
@@ -314,15 +314,23 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
       const int n = tree.size();
       const size_t rows = static_cast<size_t>(n + 1);
       probs.resize(rows * V);
-      std::vector<float> all_logits(rows * V);
+      all_logits.resize(rows * V);
+      const std::span<float> verify_logits(all_logits.data(), rows * V);
       {
         PhaseSpan span(observer, "verify", round_index);
-        if (auto s = verify_forward(kv, pending, tree, all_logits, &trace); !s) return s.error();
+        if (auto s = verify_forward(kv, pending, tree, verify_logits, &trace); !s) return s.error();
       }
       PhaseSpan accept_span(observer, "accept", round_index);
       for (size_t r = 0; r < rows; ++r) {
-        const auto p = apply_sampling_filters(std::span<const float>(all_logits).subspan(r * V, V), target_filters);
-        std::copy(p.begin(), p.end(), probs.begin() + static_cast<std::ptrdiff_t>(r * V));
+        const std::span<const float> row(all_logits.data() + r * V, V);
+        float* out = probs.data() + r * V;
+        if (greedy) {  // what apply_sampling_filters gives at temperature 0, without a vector per row
+          std::fill(out, out + V, 0.0f);
+          out[argmax(row)] = 1.0f;
+          continue;
+        }
+        const auto p = apply_sampling_filters(row, target_filters);
+        std::copy(p.begin(), p.end(), out);
       }
       auto accepted = (*rule)->accept(tree, TargetProbs{probs, static_cast<int>(V)}, rng);
       if (!accepted) {

@@ -124,19 +124,44 @@ void tile_tokens(const PackedMatrix& w, const QuantizedRows& x, int64_t tile, in
 }
 
 template <bool kU4>
+void tile_token_pass(const PackedMatrix& w, const QuantizedRows& x, int64_t tile, int64_t t, int64_t n, float* y,
+                     int64_t ldy, int64_t first, int64_t last, bool accumulate) {
+  switch (n) {
+    case 6:
+      tile_tokens<6, kU4>(w, x, tile, t, y, ldy, first, last, accumulate);
+      break;
+    case 5:
+      tile_tokens<5, kU4>(w, x, tile, t, y, ldy, first, last, accumulate);
+      break;
+    case 4:
+      tile_tokens<4, kU4>(w, x, tile, t, y, ldy, first, last, accumulate);
+      break;
+    case 3:
+      tile_tokens<3, kU4>(w, x, tile, t, y, ldy, first, last, accumulate);
+      break;
+    case 2:
+      tile_tokens<2, kU4>(w, x, tile, t, y, ldy, first, last, accumulate);
+      break;
+    case 1:
+      tile_tokens<1, kU4>(w, x, tile, t, y, ldy, first, last, accumulate);
+      break;
+    default:
+      break;
+  }
+}
+
+template <bool kU4>
 void tile_all_tokens(const PackedMatrix& w, const QuantizedRows& x, int64_t tile, float* y, int64_t ldy, int64_t first,
                      int64_t last, bool accumulate) {
   // Up to 6 tokens per pass: 12 accumulators, 8 weight vectors and the scales fit the 32 registers.
-  int64_t t = 0;
-  const int64_t n = x.rows;
-  for (; t + 6 <= n; t += 6) tile_tokens<6, kU4>(w, x, tile, t, y, ldy, first, last, accumulate);
-  switch (n - t) {
-    case 5: tile_tokens<5, kU4>(w, x, tile, t, y, ldy, first, last, accumulate); break;
-    case 4: tile_tokens<4, kU4>(w, x, tile, t, y, ldy, first, last, accumulate); break;
-    case 3: tile_tokens<3, kU4>(w, x, tile, t, y, ldy, first, last, accumulate); break;
-    case 2: tile_tokens<2, kU4>(w, x, tile, t, y, ldy, first, last, accumulate); break;
-    case 1: tile_tokens<1, kU4>(w, x, tile, t, y, ldy, first, last, accumulate); break;
-    default: break;
+  // Passes of even size (7 tokens: 4 + 3, not 6 + 1): a pass costs its weight unpacking plus its
+  // tokens, and a short pass also runs short dependency chains. A token's arithmetic is the same
+  // in any pass.
+  const int64_t n = x.rows, passes = (n + 5) / 6;
+  for (int64_t p = 0, t = 0; p < passes; ++p) {
+    const int64_t left = n - t, size = left / (passes - p) + (left % (passes - p) != 0 ? 1 : 0);
+    tile_token_pass<kU4>(w, x, tile, t, size, y, ldy, first, last, accumulate);
+    t += size;
   }
 }
 
