@@ -55,9 +55,9 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int r = 0; r < kRows; ++r) wrow[r] = reinterpret_cast<const uint4*>(W + (n + r * N) * K);
   // The first kPrefetch steps' weights (a step is 256 k) are loaded before waiting for the kernel
   // before this one (kernels/cuda/pdl.cuh): weights are never written, and their loads then
-  // overlap its tail. launch() takes 8 for a long row at one row (SmolLM2's down projection,
-  // K 1536: all of it in flight before the wait), else 4 (K ≤ 1024 fits; more rows need the
-  // registers for their accumulators).
+  // overlap its tail. launch() takes 8 for a row of 1024 < K <= 2048 at one row (SmolLM2's down
+  // projection, K 1536: all of it in flight before the wait), else 4 (K <= 1024 fits; more rows
+  // need the registers for their accumulators; longer rows need them for streaming).
   uint4 pre[kRows][kPrefetch];
 #pragma unroll
   for (int i = 0; i < kPrefetch; ++i) {
@@ -176,7 +176,11 @@ void launch(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld
             bool accumulate, const float* gamma, float eps, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>((N + kWarps - 1) / kWarps);
   if constexpr (TC == 1) {
-    if (K > 4 * 256) {
+    // 8 steps only where they take the whole row (1024 < K <= 2048). On longer rows (Llama-8B's
+    // 4096 and 14336) the extra prefetched weights, gammas and activations cost registers the
+    // streaming loop needs: synthetic Llama-3.1-8B decode fell from 160 to 118 tokens/s with 8
+    // (bench/results/cuda_e2e_s7_h100_2026-11-24.json).
+    if (K > 4 * 256 && K <= 8 * 256) {
       launch_pdl(skinny_kernel<TC, F, 8>, dim3(blocks), dim3(kWarps * 32), 0, stream, W, N, K, X, ld_x, T, Y, ldy,
                  accumulate, gamma, eps);
       return;
