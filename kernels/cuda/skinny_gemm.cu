@@ -1,10 +1,9 @@
-#include "kernels/cuda/skinny_gemm.h"
-
-#include "kernels/cuda/pdl.cuh"
-
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <mma.h>
+
+#include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/skinny_gemm.h"
 
 namespace specula::cuda {
 namespace {
@@ -55,9 +54,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int r = 0; r < kRows; ++r) wrow[r] = reinterpret_cast<const uint4*>(W + (n + r * N) * K);
   // The first kPrefetch steps' weights (a step is 256 k) are loaded before waiting for the kernel
   // before this one (kernels/cuda/pdl.cuh): weights are never written, and their loads then
-  // overlap its tail. launch() takes 8 for a row of 1024 < K <= 2048 at one row (SmolLM2's down
-  // projection, K 1536: all of it in flight before the wait), else 4 (K <= 1024 fits; more rows
-  // need the registers for their accumulators; longer rows need them for streaming).
+  // overlap its tail. At one row launch() takes 8 for 1024 < K <= 2048 (SmolLM2's down
+  // projection, K 1536: all of it in flight before the wait), 1 past 2048 (long rows need the
+  // registers for streaming), else 4 (K <= 1024 fits; more rows need the registers for their
+  // accumulators).
   uint4 pre[kRows][kPrefetch];
 #pragma unroll
   for (int i = 0; i < kPrefetch; ++i) {
@@ -176,12 +176,18 @@ void launch(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld
             bool accumulate, const float* gamma, float eps, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>((N + kWarps - 1) / kWarps);
   if constexpr (TC == 1) {
-    // 8 steps only where they take the whole row (1024 < K <= 2048). On longer rows (Llama-8B's
-    // 4096 and 14336) the extra prefetched weights, gammas and activations cost registers the
-    // streaming loop needs: synthetic Llama-3.1-8B decode fell from 160 to 118 tokens/s with 8
-    // (bench/results/cuda_e2e_s7_h100_2026-11-24.json).
+    // 8 steps where they take the whole row (1024 < K <= 2048), 4 up to 1024, and 1 past 2048: on
+    // long rows (Llama-8B's 4096 and 14336) the prefetched weights, gammas and activations cost
+    // the streaming loop its occupancy (112 registers at 4 steps against 39 at 1 for the SwiGLU
+    // warps): synthetic Llama-3.1-8B decode fell from 160 to 118 tokens/s at 8 steps and 152 at 4
+    // (bench/results/cuda_e2e_s7_h100_2026-11-24.json, skinny_prefetch_8b_h100_2026-11-24.json).
     if (K > 4 * 256 && K <= 8 * 256) {
       launch_pdl(skinny_kernel<TC, F, 8>, dim3(blocks), dim3(kWarps * 32), 0, stream, W, N, K, X, ld_x, T, Y, ldy,
+                 accumulate, gamma, eps);
+      return;
+    }
+    if (K > 8 * 256) {
+      launch_pdl(skinny_kernel<TC, F, 1>, dim3(blocks), dim3(kWarps * 32), 0, stream, W, N, K, X, ld_x, T, Y, ldy,
                  accumulate, gamma, eps);
       return;
     }
@@ -239,11 +245,10 @@ constexpr int kTile = 16;
 // silu(gate) · up. Launched with programmatic dependent launch: no weight is read early here
 // (the tiles go straight into fragments), but the launch overlaps the kernel before.
 template <Fuse F>
-__global__ void __launch_bounds__(kTcWarps * 32) skinny_tc_kernel(const bf16_bits* __restrict__ W, int64_t N,
-                                                                   int64_t K, const float* __restrict__ X, int64_t ld_x,
-                                                                   int T, float* __restrict__ Y, int64_t ldy,
-                                                                   bool accumulate, const float* __restrict__ gamma,
-                                                                   float eps) {
+__global__ void __launch_bounds__(kTcWarps * 32)
+    skinny_tc_kernel(const bf16_bits* __restrict__ W, int64_t N, int64_t K, const float* __restrict__ X, int64_t ld_x,
+                     int T, float* __restrict__ Y, int64_t ldy, bool accumulate, const float* __restrict__ gamma,
+                     float eps) {
   using namespace nvcuda;
   constexpr bool kNormed = F != Fuse::kPlain;
   constexpr int kAcc = F == Fuse::kNormSwiGlu ? 2 : 1;
@@ -269,7 +274,8 @@ __global__ void __launch_bounds__(kTcWarps * 32) skinny_tc_kernel(const bf16_bit
   const int64_t k_first = static_cast<int64_t>(warp) * kTile;
   if (k_first < K) {
 #pragma unroll
-    for (int r = 0; r < kAcc; ++r) wmma::load_matrix_sync(next[r], w + (n0 + r * N) * K + k_first, static_cast<unsigned>(K));
+    for (int r = 0; r < kAcc; ++r)
+      wmma::load_matrix_sync(next[r], w + (n0 + r * N) * K + k_first, static_cast<unsigned>(K));
   }
   for (int64_t k = k_first; k < K; k += kTcWarps * kTile) {
     __nv_bfloat16* hi = x_hi[warp] + t * kTile + c0;
