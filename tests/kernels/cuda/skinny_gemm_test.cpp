@@ -1,19 +1,20 @@
 // kernels/cuda/skinny_gemm (bf16 weights × f32 activations) against a double-precision CPU
 // product over the same bf16 weights, on random inputs drawn fresh every run.
-#include <gtest/gtest.h>
+#include "kernels/cuda/skinny_gemm.h"
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
-#include <initializer_list>
 #include <cstdio>
+#include <initializer_list>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/device.h"
-#include "kernels/cuda/skinny_gemm.h"
 #include "tests/kernels/cuda/gpu_test_support.h"
 
 namespace specula::cuda {
@@ -70,8 +71,11 @@ void expect_matches_double(SkinnyGemmTest& test, Gemm gemm, int64_t N, int64_t K
 }
 
 TEST_F(SkinnyGemmTest, MatchesDoubleReferenceForEveryRowCount) {
-  // N not a multiple of the 8 rows a block takes.
+  // N not a multiple of the 8 rows a block takes. K 1544 takes the 8-step prefetch at one row;
+  // 1000 the 4-step one and 2312 the 1-step one (K > 2048).
   expect_matches_double(*this, skinny_gemm, 1000, 1544, {1, 2, 3, 5, 8, 13, 16, 17, 32, 33, 64}, "skinny");
+  expect_matches_double(*this, skinny_gemm, 1000, 1000, {1, 2, 5}, "skinny, K 1000");
+  expect_matches_double(*this, skinny_gemm, 1000, 2312, {1, 2, 5}, "skinny, K 2312");
 }
 
 TEST_F(SkinnyGemmTest, TensorCorePathMatchesDoubleReferenceOverF32Inputs) {
@@ -83,8 +87,8 @@ TEST_F(SkinnyGemmTest, TensorCorePathMatchesDoubleReferenceOverF32Inputs) {
   ASSERT_EQ(cudaMalloc(&dx, 32 * 1556 * 4), cudaSuccess);
   ASSERT_EQ(cudaMalloc(&dy, 32 * 1008 * 4), cudaSuccess);
   EXPECT_FALSE(skinny_gemm_tc(dw, 1008, 1552, dx, 1556, kSkinnyTcMaxRows + 1, dy, 1008, false, nullptr));
-  EXPECT_FALSE(skinny_gemm_tc(dw, 1000, 1552, dx, 1556, 2, dy, 1008, false, nullptr));  // N not a multiple of 16
-  EXPECT_FALSE(skinny_gemm_tc(dw, 1008, 1544, dx, 1556, 2, dy, 1008, false, nullptr));  // K not a multiple of 16
+  EXPECT_FALSE(skinny_gemm_tc(dw, 1000, 1552, dx, 1556, 2, dy, 1008, false, nullptr));      // N not a multiple of 16
+  EXPECT_FALSE(skinny_gemm_tc(dw, 1008, 1544, dx, 1556, 2, dy, 1008, false, nullptr));      // K not a multiple of 16
   EXPECT_FALSE(skinny_gemm_tc(dw + 8, 1008, 1552, dx, 1556, 2, dy, 1008, false, nullptr));  // W not 32-byte aligned
   cudaFree(dw);
   cudaFree(dx);
@@ -93,76 +97,76 @@ TEST_F(SkinnyGemmTest, TensorCorePathMatchesDoubleReferenceOverF32Inputs) {
 
 // The fused decode variants against RMSNorm, the product and SwiGLU done separately in double.
 // ffn 504 (not a multiple of 16) runs the f32 kernels; 496 the tensor-core ones too, up to 16 rows.
+// K 576 is SmolLM2's hidden size (the 4-step prefetch at one row); 2320 takes the 1-step one.
 TEST_F(SkinnyGemmTest, NormAndSwiGluFusionsMatchTheSeparateSteps) {
- for (const int64_t ffn : {int64_t{504}, int64_t{496}}) {
-  const int64_t K = 576;  // SmolLM2's hidden size
-  const int64_t ld_x = K + 8;
-  const float eps = 1e-5f;
-  const auto weights = bf16_weights(2 * ffn * K, 0.05f);
-  const std::vector<uint16_t>& w = weights.bits;
-  const std::vector<double>& wr = weights.values;
-  auto gamma = random(K, 1.0f);
-  for (auto& g : gamma) g += 1.5f;  // RMSNorm weights sit around 1; never zero
-  uint16_t* dw = nullptr;
-  float *dx = nullptr, *dy = nullptr, *dg = nullptr;
-  ASSERT_EQ(cudaMalloc(&dw, w.size() * 2), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&dx, kSkinnyMaxRows * ld_x * 4), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&dy, kSkinnyMaxRows * 2 * ffn * 4), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&dg, K * 4), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(dw, w.data(), w.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(dg, gamma.data(), K * 4, cudaMemcpyHostToDevice), cudaSuccess);
-  for (int64_t T : {1, 2, 4, 7, 16, 17, 40}) {
-    const auto x = random(T * ld_x, 3.0f);
-    ASSERT_EQ(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-    // Reference: xn = rmsnorm(x), gate/up = xn · W, swiglu.
-    std::vector<double> norm_out(T * 2 * ffn), swiglu_out(T * ffn);
-    for (int64_t t = 0; t < T; ++t) {
-      double ss = 0;
-      for (int64_t k = 0; k < K; ++k) ss += double(x[t * ld_x + k]) * x[t * ld_x + k];
-      const double inv = 1.0 / std::sqrt(ss / K + eps);
-      for (int64_t n = 0; n < 2 * ffn; ++n) {
-        double acc = 0;
-        for (int64_t k = 0; k < K; ++k) acc += wr[n * K + k] * (x[t * ld_x + k] * inv * gamma[k]);
-        norm_out[t * 2 * ffn + n] = acc;
+  for (const auto& [ffn, K] : {std::pair<int64_t, int64_t>{504, 576}, {496, 576}, {496, 2320}}) {
+    const int64_t ld_x = K + 8;
+    const float eps = 1e-5f;
+    const auto weights = bf16_weights(2 * ffn * K, 0.05f);
+    const std::vector<uint16_t>& w = weights.bits;
+    const std::vector<double>& wr = weights.values;
+    auto gamma = random(K, 1.0f);
+    for (auto& g : gamma) g += 1.5f;  // RMSNorm weights sit around 1; never zero
+    uint16_t* dw = nullptr;
+    float *dx = nullptr, *dy = nullptr, *dg = nullptr;
+    ASSERT_EQ(cudaMalloc(&dw, w.size() * 2), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dx, kSkinnyMaxRows * ld_x * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dy, kSkinnyMaxRows * 2 * ffn * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dg, K * 4), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(dw, w.data(), w.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(dg, gamma.data(), K * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    for (int64_t T : {1, 2, 4, 7, 16, 17, 40}) {
+      const auto x = random(T * ld_x, 3.0f);
+      ASSERT_EQ(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      // Reference: xn = rmsnorm(x), gate/up = xn · W, swiglu.
+      std::vector<double> norm_out(T * 2 * ffn), swiglu_out(T * ffn);
+      for (int64_t t = 0; t < T; ++t) {
+        double ss = 0;
+        for (int64_t k = 0; k < K; ++k) ss += double(x[t * ld_x + k]) * x[t * ld_x + k];
+        const double inv = 1.0 / std::sqrt(ss / K + eps);
+        for (int64_t n = 0; n < 2 * ffn; ++n) {
+          double acc = 0;
+          for (int64_t k = 0; k < K; ++k) acc += wr[n * K + k] * (x[t * ld_x + k] * inv * gamma[k]);
+          norm_out[t * 2 * ffn + n] = acc;
+        }
+        for (int64_t n = 0; n < ffn; ++n) {
+          const double g = norm_out[t * 2 * ffn + n], u = norm_out[t * 2 * ffn + ffn + n];
+          swiglu_out[t * ffn + n] = g / (1.0 + std::exp(-g)) * u;
+        }
       }
-      for (int64_t n = 0; n < ffn; ++n) {
-        const double g = norm_out[t * 2 * ffn + n], u = norm_out[t * 2 * ffn + ffn + n];
-        swiglu_out[t * ffn + n] = g / (1.0 + std::exp(-g)) * u;
+      auto check = [&](const std::vector<double>& ref, int64_t cols, const char* what) {
+        std::vector<float> y(T * cols);
+        ASSERT_EQ(cudaMemcpy(y.data(), dy, y.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+        double num = 0, den = 0;
+        for (size_t i = 0; i < y.size(); ++i) {
+          num += (y[i] - ref[i]) * (y[i] - ref[i]);
+          den += ref[i] * ref[i];
+        }
+        EXPECT_LT(std::sqrt(num / den), 1e-5) << what << " T " << T;
+      };
+      ASSERT_TRUE(skinny_gemm_norm(dw, 2 * ffn, K, dx, ld_x, T, dg, eps, dy, 2 * ffn, nullptr));
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      check(norm_out, 2 * ffn, "norm");
+      ASSERT_TRUE(skinny_gemm_norm_swiglu(dw, ffn, K, dx, ld_x, T, dg, eps, dy, ffn, nullptr));
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      check(swiglu_out, ffn, "norm + swiglu");
+      if (ffn % 16 == 0 && T <= kSkinnyTcMaxRows) {
+        ASSERT_TRUE(skinny_gemm_tc_norm(dw, 2 * ffn, K, dx, ld_x, T, dg, eps, dy, 2 * ffn, nullptr));
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        check(norm_out, 2 * ffn, "tensor-core norm");
+        ASSERT_TRUE(skinny_gemm_tc_norm_swiglu(dw, ffn, K, dx, ld_x, T, dg, eps, dy, ffn, nullptr));
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        check(swiglu_out, ffn, "tensor-core norm + swiglu");
       }
     }
-    auto check = [&](const std::vector<double>& ref, int64_t cols, const char* what) {
-      std::vector<float> y(T * cols);
-      ASSERT_EQ(cudaMemcpy(y.data(), dy, y.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-      double num = 0, den = 0;
-      for (size_t i = 0; i < y.size(); ++i) {
-        num += (y[i] - ref[i]) * (y[i] - ref[i]);
-        den += ref[i] * ref[i];
-      }
-      EXPECT_LT(std::sqrt(num / den), 1e-5) << what << " T " << T;
-    };
-    ASSERT_TRUE(skinny_gemm_norm(dw, 2 * ffn, K, dx, ld_x, T, dg, eps, dy, 2 * ffn, nullptr));
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    check(norm_out, 2 * ffn, "norm");
-    ASSERT_TRUE(skinny_gemm_norm_swiglu(dw, ffn, K, dx, ld_x, T, dg, eps, dy, ffn, nullptr));
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    check(swiglu_out, ffn, "norm + swiglu");
-    if (ffn % 16 == 0 && T <= kSkinnyTcMaxRows) {
-      ASSERT_TRUE(skinny_gemm_tc_norm(dw, 2 * ffn, K, dx, ld_x, T, dg, eps, dy, 2 * ffn, nullptr));
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      check(norm_out, 2 * ffn, "tensor-core norm");
-      ASSERT_TRUE(skinny_gemm_tc_norm_swiglu(dw, ffn, K, dx, ld_x, T, dg, eps, dy, ffn, nullptr));
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      check(swiglu_out, ffn, "tensor-core norm + swiglu");
-    }
+    EXPECT_FALSE(skinny_gemm_norm(dw, 2 * ffn, K, dx, ld_x, 1, nullptr, eps, dy, 2 * ffn, nullptr));  // no gamma
+    EXPECT_FALSE(skinny_gemm_norm_swiglu(dw, ffn, K, dx, ld_x, 1, dg + 1, eps, dy, ffn, nullptr));    // misaligned
+    cudaFree(dw);
+    cudaFree(dx);
+    cudaFree(dy);
+    cudaFree(dg);
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
   }
-  EXPECT_FALSE(skinny_gemm_norm(dw, 2 * ffn, K, dx, ld_x, 1, nullptr, eps, dy, 2 * ffn, nullptr));  // no gamma
-  EXPECT_FALSE(skinny_gemm_norm_swiglu(dw, ffn, K, dx, ld_x, 1, dg + 1, eps, dy, ffn, nullptr));  // misaligned
-  cudaFree(dw);
-  cudaFree(dx);
-  cudaFree(dy);
-  cudaFree(dg);
-  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
- }
 }
 
 TEST_F(SkinnyGemmTest, RefusesShapesItDoesNotCover) {
@@ -171,9 +175,9 @@ TEST_F(SkinnyGemmTest, RefusesShapesItDoesNotCover) {
   ASSERT_EQ(cudaMalloc(&dw, 64 * 64 * 2), cudaSuccess);
   ASSERT_EQ(cudaMalloc(&dx, 128 * 64 * 4), cudaSuccess);
   ASSERT_EQ(cudaMalloc(&dy, 128 * 64 * 4), cudaSuccess);
-  EXPECT_FALSE(skinny_gemm(dw, 64, 60, dx, 60, 1, dy, 64, false, nullptr));   // K not a multiple of 8
-  EXPECT_FALSE(skinny_gemm(dw, 64, 64, dx, 66, 1, dy, 64, false, nullptr));   // row stride not 16-byte
-  EXPECT_FALSE(skinny_gemm(dw, 64, 64, dx, 64, 0, dy, 64, false, nullptr));   // no rows
+  EXPECT_FALSE(skinny_gemm(dw, 64, 60, dx, 60, 1, dy, 64, false, nullptr));  // K not a multiple of 8
+  EXPECT_FALSE(skinny_gemm(dw, 64, 64, dx, 66, 1, dy, 64, false, nullptr));  // row stride not 16-byte
+  EXPECT_FALSE(skinny_gemm(dw, 64, 64, dx, 64, 0, dy, 64, false, nullptr));  // no rows
   EXPECT_FALSE(skinny_gemm(dw, 64, 64, dx, 64, kSkinnyMaxRows + 1, dy, 64, false, nullptr));
   EXPECT_FALSE(skinny_gemm(dw + 1, 64, 64, dx, 64, 1, dy, 64, false, nullptr));  // misaligned W
   EXPECT_TRUE(skinny_gemm(dw, 64, 64, dx, 64, 1, dy, 64, false, nullptr));
