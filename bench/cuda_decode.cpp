@@ -478,15 +478,24 @@ int main(int argc, char** argv) {
                             {"verify_ms_median", median(ms)},
                             {"over_decode_step", median(ms) * median(tps) / 1e3}};
       if (!profile_path.empty() && n == verify_nodes.front()) {
-        // Where a verify's time goes: 10 verifies (and their rollbacks) under CUPTI.
+        // Where a verify's time goes: 10 verifies (and their rollbacks) under CUPTI, on a fresh
+        // session whose verify graph is captured after begin() turned programmatic launch off
+        // (the timed session's graph keeps its programmatic edges, so each kernel's duration
+        // would include its wait for the one before).
+        auto fresh = backend->start(16, static_cast<int64_t>(prompt.size()) + max_nodes + 2);
+        if (!fresh) return fail(fresh.error().message);
+        if (auto st = (*fresh)->forward(prompt, pos, nullptr, logits, specula::LogitRows::Last); !st) {
+          return fail(st.error().message);
+        }
+        (*fresh)->commit_all();
         KernelProfile profile;
         if (auto st = profile.begin(profile_path + ".verify_" + std::to_string(n)); !st)
           return fail(st.error().message);
         for (int r = 0; r < 10; ++r) {
-          if (auto st = (*session)->forward(toks, tpos, &mask, all, specula::LogitRows::All); !st) {
+          if (auto st = (*fresh)->forward(toks, tpos, &mask, all, specula::LogitRows::All); !st) {
             return fail(st.error().message);
           }
-          (*session)->rollback();
+          (*fresh)->rollback();
         }
         auto summary = profile.end(10, pdl);
         if (!summary) return fail(summary.error().message);
