@@ -59,21 +59,8 @@ class GpuMemoryHog {
   std::vector<void*> blocks_;
 };
 
-class CudaBackendMidRunError : public ::testing::Test {
+class CudaBackendMidRunError : public testing::DefaultModelOnGpu {
  protected:
-  void SetUp() override {
-    if (const auto missing = testing::gpu_and_default_model_missing()) {
-      std::puts(missing->c_str());
-      GTEST_SKIP() << *missing;
-    }
-    auto m = load_model(resolve_model_path("default"));
-    ASSERT_TRUE(m) << m.error().message;
-    model_ = std::make_unique<Model>(std::move(*m));
-    auto cuda = make_cuda_backend(*model_, CudaBackendOptions{});
-    ASSERT_TRUE(cuda) << cuda.error().message;
-    backend_ = std::move(*cuda);
-  }
-
   // Prefill of `prompt` and one decode step of `next`, committed; returns the step's logits.
   std::vector<float> prefill_and_step(BackendSession& session, const std::vector<int32_t>& prompt, int32_t next) {
     const int64_t V = model_->config.vocab_size;
@@ -89,15 +76,12 @@ class CudaBackendMidRunError : public ::testing::Test {
     session.commit_all();
     return logits;
   }
-
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<CudaBackend> backend_;
 };
 
 TEST_F(CudaBackendMidRunError, AnAllocationFailureIsAnErrorAndTheSessionRunsOnAfterIt) {
   const std::vector<int32_t> prompt = {1, 504, 3458, 282, 4649, 314, 216};  // token ids of the real vocabulary
   const int64_t V = model_->config.vocab_size;
-  auto opened = backend_->start(16, 512);
+  auto opened = cuda_->start(16, 512);
   ASSERT_TRUE(opened) << opened.error().message;
   BackendSession& session = **opened;
   prefill_and_step(session, prompt, 30);
@@ -133,7 +117,7 @@ TEST_F(CudaBackendMidRunError, AnAllocationFailureIsAnErrorAndTheSessionRunsOnAf
   ASSERT_TRUE(s) << s.error().message;
   session.rollback();
 
-  auto fresh_opened = backend_->start(16, 512);
+  auto fresh_opened = cuda_->start(16, 512);
   ASSERT_TRUE(fresh_opened) << fresh_opened.error().message;
   BackendSession& fresh = **fresh_opened;
   prefill_and_step(fresh, prompt, 30);

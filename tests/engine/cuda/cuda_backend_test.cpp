@@ -52,20 +52,12 @@ bool prefill(BackendSession& session, const std::vector<int32_t>& prompt, std::v
   return true;
 }
 
-class CudaBackendTest : public ::testing::Test {
+class CudaBackendTest : public testing::DefaultModelOnGpu {
  protected:
   void SetUp() override {
-    if (const auto missing = testing::gpu_and_default_model_missing()) {
-      std::puts(missing->c_str());
-      GTEST_SKIP() << *missing;
-    }
-    auto m = load_model(resolve_model_path("default"));
-    ASSERT_TRUE(m) << m.error().message;
-    model_ = std::make_unique<Model>(std::move(*m));
+    DefaultModelOnGpu::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     cpu_ = std::make_unique<CpuBackend>(*model_, CpuTransformerOptions{0, Precision::Bf16Storage});
-    auto cuda = make_cuda_backend(*model_, CudaBackendOptions{});
-    ASSERT_TRUE(cuda) << cuda.error().message;
-    cuda_ = std::move(*cuda);
   }
 
   std::vector<int32_t> encode(const std::string& text) {
@@ -76,9 +68,7 @@ class CudaBackendTest : public ::testing::Test {
     return ids;
   }
 
-  std::unique_ptr<Model> model_;
   std::unique_ptr<CpuBackend> cpu_;
-  std::unique_ptr<CudaBackend> cuda_;
 };
 
 struct LogitComparison {

@@ -63,20 +63,12 @@ std::string long_prompt() {
   return text + "The code word for the trip was";
 }
 
-class CudaSparseVerify : public ::testing::Test {
+class CudaSparseVerify : public testing::DefaultModelOnGpu {
  protected:
   void SetUp() override {
-    if (const auto missing = testing::gpu_and_default_model_missing()) {
-      std::puts(missing->c_str());
-      GTEST_SKIP() << *missing;
-    }
-    auto m = load_model(resolve_model_path("default"));
-    ASSERT_TRUE(m) << m.error().message;
-    model_ = std::make_unique<Model>(std::move(*m));
+    DefaultModelOnGpu::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     cpu_ = std::make_unique<CpuBackend>(*model_, CpuTransformerOptions{0, Precision::Bf16Storage});
-    auto cuda = make_cuda_backend(*model_, CudaBackendOptions{});
-    ASSERT_TRUE(cuda) << cuda.error().message;
-    cuda_ = std::move(*cuda);
     prompt_.clear();
     if (model_->tokenizer.add_bos() && model_->tokenizer.bos_id() >= 0) prompt_.push_back(model_->tokenizer.bos_id());
     const auto e = model_->tokenizer.encode(long_prompt(), false);
@@ -130,9 +122,7 @@ class CudaSparseVerify : public ::testing::Test {
     return c;
   }
 
-  std::unique_ptr<Model> model_;
   std::unique_ptr<CpuBackend> cpu_;
-  std::unique_ptr<CudaBackend> cuda_;
   std::vector<int32_t> prompt_;
 };
 

@@ -1,8 +1,12 @@
 #pragma once
 // What the CUDA engine tests share: why a test cannot run here, and relative L2 of GPU logits
 // against a reference.
+#include <gtest/gtest.h>
+
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,6 +24,28 @@ inline std::optional<std::string> gpu_and_default_model_missing() {
   if (!std::filesystem::exists(path)) return "skipped: default model not found at " + path.string();
   return std::nullopt;
 }
+
+// A fixture's base: the default model loaded and a CUDA backend over it, or the test skipped with
+// the reason printed. A derived SetUp calls this one first and returns when IsSkipped() or
+// HasFatalFailure().
+class DefaultModelOnGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (const auto missing = gpu_and_default_model_missing()) {
+      std::puts(missing->c_str());
+      GTEST_SKIP() << *missing;
+    }
+    auto m = load_model(resolve_model_path("default"));
+    ASSERT_TRUE(m) << m.error().message;
+    model_ = std::make_unique<Model>(std::move(*m));
+    auto cuda = make_cuda_backend(*model_, CudaBackendOptions{});
+    ASSERT_TRUE(cuda) << cuda.error().message;
+    cuda_ = std::move(*cuda);
+  }
+
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<CudaBackend> cuda_;
+};
 
 // ||a - ref|| / ||ref||; a NaN or infinity anywhere gives 1e30 (never within a bound).
 inline double rel_l2(const std::vector<float>& a, const std::vector<float>& ref) {
