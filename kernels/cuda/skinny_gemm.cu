@@ -30,23 +30,17 @@ enum class Fuse { kPlain, kNorm, kNormSwiGlu };
 
 // Rows T ≤ TC of X against one weight row (two for kNormSwiGlu) per warp. Each lane reads 8
 // weights (16 bytes) per step, so a warp reads 512 contiguous bytes of its row; X rows come
-// through L1 (every warp of the block reads the same ones), or, with stage_x (more than one row,
-// T·K floats in shared memory: a tree verify), are first copied into shared memory by the whole
-// block, all of its loads in flight at once: read step by step from L2 they were one round trip
-// a step, and a 5-row verify's GEMVs took 8.65 us against 2.88 at one row
-// (bench/results/cuda_verify_profile_smollm2_h100_2026-11-24.json).
+// through L1 (every warp of the block reads the same ones).
 template <int TC, Fuse F, int kPrefetch>
 __global__ void __launch_bounds__(kWarps * 32)
     skinny_kernel(const bf16_bits* __restrict__ W, int64_t N, int64_t K, const float* __restrict__ X, int64_t ld_x,
                   int T, float* __restrict__ Y, int64_t ldy, bool accumulate, const float* __restrict__ gamma,
-                  float eps, bool stage_x) {
+                  float eps) {
   constexpr bool kNormed = F != Fuse::kPlain;
   constexpr int kRows = F == Fuse::kNormSwiGlu ? 2 : 1;  // weight rows per warp
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
-  // A warp past the last output row still helps stage X and meets the block's barrier.
-  const bool active = n < N;
-  if (!active && !stage_x) return;
+  if (n >= N) return;
   float acc[kRows][TC];
   float sumsq[kNormed ? TC : 1];
 #pragma unroll
@@ -57,7 +51,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
   const uint4* wrow[kRows];
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) wrow[r] = reinterpret_cast<const uint4*>(W + (active ? n + r * N : 0) * K);
+  for (int r = 0; r < kRows; ++r) wrow[r] = reinterpret_cast<const uint4*>(W + (n + r * N) * K);
   // The first kPrefetch steps' weights (a step is 256 k) are loaded before waiting for the kernel
   // before this one (kernels/cuda/pdl.cuh): weights are never written, and their loads then
   // overlap its tail. At one row launch() takes 8 for 1024 < K <= 2048 (SmolLM2's down
@@ -85,32 +79,6 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
   pdl_trigger();
   pdl_wait();
-  const float* xs = X;  // where the steps read X: global memory, or its staged copy
-  int64_t ld_xs = ld_x;
-  if constexpr (TC > 1) {
-    if (stage_x) {
-      extern __shared__ float4 x_stage[];  // (T, K) f32, row stride K
-      const int64_t per_row = K / 4, total = T * per_row;
-      constexpr int kBatch = 4;  // loads a thread has in flight before its stores
-      for (int64_t base = threadIdx.x; base < total; base += kBatch * blockDim.x) {
-        float4 v[kBatch];
-#pragma unroll
-        for (int j = 0; j < kBatch; ++j) {
-          const int64_t i = base + j * static_cast<int64_t>(blockDim.x);
-          if (i < total) v[j] = reinterpret_cast<const float4*>(X + i / per_row * ld_x)[i % per_row];
-        }
-#pragma unroll
-        for (int j = 0; j < kBatch; ++j) {
-          const int64_t i = base + j * static_cast<int64_t>(blockDim.x);
-          if (i < total) x_stage[i] = v[j];
-        }
-      }
-      __syncthreads();
-      xs = reinterpret_cast<const float*>(x_stage);
-      ld_xs = K;
-    }
-  }
-  if (!active) return;
   // acc[·][t] += w · (x ⊙ gamma) over one step's 8 k of row t; its x² into sumsq[t] (normed).
   auto accum = [&](int t, const uint4(&wv)[kRows], float4 a, float4 b, float4 ga, float4 gb) {
     float w[kRows][8];
@@ -135,7 +103,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int t = 0; t < TC; ++t) {
       if (t < T) {
         // Written by the kernel before: not through the read-only path.
-        const float4* xr = reinterpret_cast<const float4*>(xs + t * ld_xs + k8 * 8);
+        const float4* xr = reinterpret_cast<const float4*>(X + t * ld_x + k8 * 8);
         accum(t, wv, xr[0], xr[1], ga, gb);
       }
     }
@@ -203,17 +171,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-// X staged in shared memory (skinny_kernel's stage_x) up to this many bytes: the default limit,
-// so no opt-in; SmolLM2's 16-row verify at K 1536 needs 96 KB and reads X from L2 instead.
-constexpr int64_t kStageXMaxBytes = 48 << 10;
-
 template <Fuse F, int TC>
 void launch(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld_x, int T, float* Y, int64_t ldy,
             bool accumulate, const float* gamma, float eps, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>((N + kWarps - 1) / kWarps);
-  const int64_t stage_bytes = static_cast<int64_t>(T) * K * 4;
-  const bool stage_x = TC > 1 && stage_bytes <= kStageXMaxBytes;
-  const auto smem = static_cast<size_t>(stage_x ? stage_bytes : 0);
   if constexpr (TC == 1) {
     // 8 steps where they take the whole row (1024 < K <= 2048), 4 up to 1024, and 1 past 2048: on
     // long rows (Llama-8B's 4096 and 14336) the prefetched weights, gammas and activations cost
@@ -222,17 +183,17 @@ void launch(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld
     // (bench/results/cuda_e2e_s7_h100_2026-11-24.json, skinny_prefetch_8b_h100_2026-11-24.json).
     if (K > 4 * 256 && K <= 8 * 256) {
       launch_pdl(skinny_kernel<TC, F, 8>, dim3(blocks), dim3(kWarps * 32), 0, stream, W, N, K, X, ld_x, T, Y, ldy,
-                 accumulate, gamma, eps, false);
+                 accumulate, gamma, eps);
       return;
     }
     if (K > 8 * 256) {
       launch_pdl(skinny_kernel<TC, F, 1>, dim3(blocks), dim3(kWarps * 32), 0, stream, W, N, K, X, ld_x, T, Y, ldy,
-                 accumulate, gamma, eps, false);
+                 accumulate, gamma, eps);
       return;
     }
   }
-  launch_pdl(skinny_kernel<TC, F, 4>, dim3(blocks), dim3(kWarps * 32), smem, stream, W, N, K, X, ld_x, T, Y, ldy,
-             accumulate, gamma, eps, stage_x);
+  launch_pdl(skinny_kernel<TC, F, 4>, dim3(blocks), dim3(kWarps * 32), 0, stream, W, N, K, X, ld_x, T, Y, ldy,
+             accumulate, gamma, eps);
 }
 
 template <Fuse F>

@@ -72,9 +72,7 @@ void expect_matches_double(SkinnyGemmTest& test, Gemm gemm, int64_t N, int64_t K
 
 TEST_F(SkinnyGemmTest, MatchesDoubleReferenceForEveryRowCount) {
   // K 1544 takes the 8-step prefetch at one row, 1000 the 4-step one and 2312 the 1-step one
-  // (K > 2048). Past one row X is staged in shared memory while T·K floats fit in 48 KB (here
-  // T ≤ 7 at K 1544, T ≤ 5 at 2312), else read from global memory. N 1003 is not a multiple of the
-  // 8 rows a block takes: its last block's idle warps still meet the staging barrier.
+  // (K > 2048). N 1003 is not a multiple of the 8 rows a block takes.
   expect_matches_double(*this, skinny_gemm, 1000, 1544, {1, 2, 3, 5, 8, 13, 16, 17, 32, 33, 64}, "skinny");
   expect_matches_double(*this, skinny_gemm, 1003, 1000, {1, 2, 5, 12}, "skinny, N 1003, K 1000");
   expect_matches_double(*this, skinny_gemm, 1000, 2312, {1, 2, 5, 6}, "skinny, K 2312");
