@@ -12,52 +12,19 @@
 #include <set>
 
 #include "bench/bench_info.h"
+#include "bench/cuda_timing.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/device.h"
 #include "tests/kernels/cuda/attention_reference.h"
 
+const char* const specula::bench::kBenchName = "bench_attention";
+
 namespace {
 
+using specula::bench::dalloc;
+using specula::bench::median_ms;
+
 using namespace specula::cuda;
-
-#define CHECK_CUDA(call)                                                                   \
-  do {                                                                                     \
-    const cudaError_t e_ = (call);                                                         \
-    if (e_ != cudaSuccess) {                                                               \
-      std::fprintf(stderr, "bench_attention: %s: %s\n", #call, cudaGetErrorString(e_));    \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
-
-template <class F>
-double median_ms(F&& body, int iterations) {
-  cudaEvent_t a, b;
-  CHECK_CUDA(cudaEventCreate(&a));
-  CHECK_CUDA(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) body(i);
-  CHECK_CUDA(cudaDeviceSynchronize());
-  std::vector<float> t;
-  for (int i = 0; i < iterations; ++i) {
-    CHECK_CUDA(cudaEventRecord(a));
-    body(i);
-    CHECK_CUDA(cudaEventRecord(b));
-    CHECK_CUDA(cudaEventSynchronize(b));
-    float ms = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  CHECK_CUDA(cudaGetLastError());
-  std::sort(t.begin(), t.end());
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return t[t.size() / 2];
-}
-
-void* dalloc(size_t bytes) {
-  void* p = nullptr;
-  CHECK_CUDA(cudaMalloc(&p, std::max<size_t>(bytes, 256)));
-  return p;
-}
 
 }  // namespace
 
@@ -77,7 +44,8 @@ int main(int argc, char** argv) {
   app.add_option("--kv-heads", kv_heads)->check(CLI::Range(1, 128));
   app.add_option("--top-k", top_k)->check(CLI::Range(0, 1 << 16));
   app.add_option("--group-size", group_size)->check(CLI::Range(1, 64));
-  app.add_option("--keep-fraction", keep_fraction, "blocks kept by score as a share of the context's (plus sink, local, tree)")
+  app.add_option("--keep-fraction", keep_fraction,
+                 "blocks kept by score as a share of the context's (plus sink, local, tree)")
       ->check(CLI::Range(0.0, 1.0));
   app.add_flag("--dense-only", dense_only, "skip block selection and the sparse kernels");
   CLI11_PARSE(app, argc, argv);
@@ -117,10 +85,14 @@ int main(int argc, char** argv) {
     auto* bmax = static_cast<uint16_t*>(dalloc(meta_bytes * copies));
     auto* table = static_cast<int32_t*>(dalloc(p.block_table.size() * 4 * copies));
     for (int c = 0; c < copies; ++c) {
-      CHECK_CUDA(cudaMemcpy(reinterpret_cast<char*>(k) + c * pool_bytes, p.k.data(), pool_bytes, cudaMemcpyHostToDevice));
-      CHECK_CUDA(cudaMemcpy(reinterpret_cast<char*>(v) + c * pool_bytes, p.v.data(), pool_bytes, cudaMemcpyHostToDevice));
-      CHECK_CUDA(cudaMemcpy(reinterpret_cast<char*>(bmin) + c * meta_bytes, p.bmin.data(), meta_bytes, cudaMemcpyHostToDevice));
-      CHECK_CUDA(cudaMemcpy(reinterpret_cast<char*>(bmax) + c * meta_bytes, p.bmax.data(), meta_bytes, cudaMemcpyHostToDevice));
+      CHECK_CUDA(
+          cudaMemcpy(reinterpret_cast<char*>(k) + c * pool_bytes, p.k.data(), pool_bytes, cudaMemcpyHostToDevice));
+      CHECK_CUDA(
+          cudaMemcpy(reinterpret_cast<char*>(v) + c * pool_bytes, p.v.data(), pool_bytes, cudaMemcpyHostToDevice));
+      CHECK_CUDA(cudaMemcpy(reinterpret_cast<char*>(bmin) + c * meta_bytes, p.bmin.data(), meta_bytes,
+                            cudaMemcpyHostToDevice));
+      CHECK_CUDA(cudaMemcpy(reinterpret_cast<char*>(bmax) + c * meta_bytes, p.bmax.data(), meta_bytes,
+                            cudaMemcpyHostToDevice));
       std::vector<int32_t> t = p.block_table;
       for (auto& x : t) x += c * p.num_physical;
       CHECK_CUDA(cudaMemcpy(table + c * t.size(), t.data(), t.size() * 4, cudaMemcpyHostToDevice));
@@ -130,9 +102,7 @@ int main(int argc, char** argv) {
     auto* out = static_cast<uint16_t*>(dalloc(p.q.size() * 2));
     CHECK_CUDA(cudaMemcpy(q, p.q.data(), p.q.size() * 2, cudaMemcpyHostToDevice));
     CHECK_CUDA(cudaMemcpy(anc, p.ancestors.data(), p.ancestors.size() * 8, cudaMemcpyHostToDevice));
-    auto kv_of = [&](int c) {
-      return PagedKv{k, v, bmin, bmax, table + c * p.block_table.size(), kv_heads};
-    };
+    auto kv_of = [&](int c) { return PagedKv{k, v, bmin, bmax, table + c * p.block_table.size(), kv_heads}; };
 
     for (int nodes : node_counts) {
       TreeQueries tq{q, anc, nodes, q_heads, ctx, p.scale};
@@ -153,8 +123,13 @@ int main(int argc, char** argv) {
             iterations);
         dense_ms = ms;
         const double bytes = double(nblocks) * kv_heads * 2 * kBlockBytes + nblocks * 4.0 + io_bytes;
-        rows.push_back({{"kernel", "dense"}, {"context", ctx}, {"nodes", nodes}, {"ms", ms},
-                        {"bytes", bytes}, {"GBps", bytes / ms / 1e6}, {"fraction_of_copy", bytes / ms / 1e6 / copy_GBps}});
+        rows.push_back({{"kernel", "dense"},
+                        {"context", ctx},
+                        {"nodes", nodes},
+                        {"ms", ms},
+                        {"bytes", bytes},
+                        {"GBps", bytes / ms / 1e6},
+                        {"fraction_of_copy", bytes / ms / 1e6 / copy_GBps}});
         std::fprintf(stderr, "dense ctx=%d nodes=%d %.4f ms %.0f GB/s (%.0f%% of copy)\n", ctx, nodes, ms,
                      bytes / ms / 1e6, 100 * bytes / ms / 1e6 / copy_GBps);
         cudaFree(ws);
@@ -170,8 +145,12 @@ int main(int argc, char** argv) {
         int groups = 0, gs = 0, max_blocks = 0;
         select_list_shape(tq, sp, &groups, &gs, &max_blocks);
         const size_t list_n = size_t(groups) * kv_heads * max_blocks;
-        BlockLists lists{static_cast<int32_t*>(dalloc(list_n * 4)), static_cast<uint64_t*>(dalloc(list_n * 8)),
-                         static_cast<int32_t*>(dalloc(size_t(groups) * kv_heads * 4)), groups, gs, max_blocks};
+        BlockLists lists{static_cast<int32_t*>(dalloc(list_n * 4)),
+                         static_cast<uint64_t*>(dalloc(list_n * 8)),
+                         static_cast<int32_t*>(dalloc(size_t(groups) * kv_heads * 4)),
+                         groups,
+                         gs,
+                         max_blocks};
         const size_t sws_bytes = select_workspace_bytes(tq, kv_heads, sp);
         const size_t aws_bytes = attention_workspace_bytes(tq, kv_heads, groups, gs, max_blocks);
         void* sws = dalloc(sws_bytes);
@@ -214,14 +193,23 @@ int main(int argc, char** argv) {
         const double select_bytes = 2.0 * nblocks * kv_heads * kAttnHeadDim * 2 + nblocks * 4.0 +
                                     selectors * (q_heads * kAttnHeadDim * 2.0) + list_bytes;
         rows.push_back({{"kernel", std::string("sparse_") + query_mode_name(mode)},
-                        {"context", ctx}, {"nodes", nodes}, {"top_k", sp.top_k}, {"group_size", gs},
-                        {"ms", attn_ms}, {"select_ms", select_ms}, {"total_ms", select_ms + attn_ms},
+                        {"context", ctx},
+                        {"nodes", nodes},
+                        {"top_k", sp.top_k},
+                        {"group_size", gs},
+                        {"ms", attn_ms},
+                        {"select_ms", select_ms},
+                        {"total_ms", select_ms + attn_ms},
                         {"dense_over_total", dense_ms / (select_ms + attn_ms)},
-                        {"blocks_loaded_per_kv_head", loaded / kv_heads}, {"blocks_unique_per_kv_head", unique / kv_heads},
-                        {"bytes_unique", unique_bytes}, {"bytes_loaded", loaded_bytes},
-                        {"GBps", unique_bytes / attn_ms / 1e6}, {"fraction_of_copy", unique_bytes / attn_ms / 1e6 / copy_GBps},
+                        {"blocks_loaded_per_kv_head", loaded / kv_heads},
+                        {"blocks_unique_per_kv_head", unique / kv_heads},
+                        {"bytes_unique", unique_bytes},
+                        {"bytes_loaded", loaded_bytes},
+                        {"GBps", unique_bytes / attn_ms / 1e6},
+                        {"fraction_of_copy", unique_bytes / attn_ms / 1e6 / copy_GBps},
                         {"GBps_loaded", loaded_bytes / attn_ms / 1e6},
-                        {"select_bytes", select_bytes}, {"select_GBps", select_bytes / select_ms / 1e6}});
+                        {"select_bytes", select_bytes},
+                        {"select_GBps", select_bytes / select_ms / 1e6}});
         std::fprintf(stderr,
                      "%-13s ctx=%d nodes=%d attn %.4f ms %.0f GB/s unique (%.0f%%), %.0f GB/s loaded; select %.4f ms; "
                      "dense / (select + attn) %.2fx\n",
@@ -235,28 +223,37 @@ int main(int argc, char** argv) {
         cudaFree(lists.counts);
       }
     }
-    for (void* ptr : {static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(bmin), static_cast<void*>(bmax),
-                      static_cast<void*>(table), static_cast<void*>(q), static_cast<void*>(anc), static_cast<void*>(out)})
+    for (void* ptr :
+         {static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(bmin), static_cast<void*>(bmax),
+          static_cast<void*>(table), static_cast<void*>(q), static_cast<void*>(anc), static_cast<void*>(out)})
       cudaFree(ptr);
   }
 
   nlohmann::json result = {
       {"bench", "attention"},
       {"date", specula::bench::utc_now()},
-      {"device", {{"name", dev.name}, {"sm", std::to_string(dev.sm_major) + std::to_string(dev.sm_minor)},
-                  {"multiprocessors", dev.multiprocessors}, {"driver", specula::bench::nvidia_driver()},
-                  {"runtime_version", dev.runtime_version}}},
+      {"device",
+       {{"name", dev.name},
+        {"sm", std::to_string(dev.sm_major) + std::to_string(dev.sm_minor)},
+        {"multiprocessors", dev.multiprocessors},
+        {"driver", specula::bench::nvidia_driver()},
+        {"runtime_version", dev.runtime_version}}},
       {"host", specula::bench::host_info()},
       {"commit", commit},
       {"command", specula::bench::command_line(argc, argv)},
       {"seed", seed},
-      {"shape", {{"q_heads", q_heads}, {"kv_heads", kv_heads}, {"head_dim", kAttnHeadDim}, {"block_size", kAttnBlockSize},
-                 {"dtype", "bf16"}}},
+      {"shape",
+       {{"q_heads", q_heads},
+        {"kv_heads", kv_heads},
+        {"head_dim", kAttnHeadDim},
+        {"block_size", kAttnBlockSize},
+        {"dtype", "bf16"}}},
       {"copy_bandwidth_GBps", copy_GBps},
       {"copy_memcpy_GBps", memcpy_bw.bytes_per_s / 1e9},
       {"copy_kernel_GBps", kernel_bw.bytes_per_s / 1e9},
-      {"bytes_counted", "unique KV blocks (K+V) per kv head + block table/lists + q + out + ancestors; "
-                        "loaded = every (group, kv head) list entry"},
+      {"bytes_counted",
+       "unique KV blocks (K+V) per kv head + block table/lists + q + out + ancestors; "
+       "loaded = every (group, kv head) list entry"},
       {"keep_fraction", keep_fraction},
       {"timing", "median of --iterations CUDA-event-timed calls after 3 warm-ups; KV pool copies rotate past L2"},
       {"rows", rows},

@@ -30,51 +30,23 @@
 #include <tuple>
 
 #include "bench/bench_info.h"
+#include "bench/cuda_timing.h"
 #include "bench/selection_replay.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/device.h"
 #include "tests/kernels/cuda/attention_reference.h"
 
+const char* const specula::bench::kBenchName = "bench_union_replay";
+
 namespace {
+
+using specula::bench::median_ms;
 
 using namespace specula::cuda;
 using specula::bench::HeadSource;
 using specula::bench::HostLists;
 using specula::bench::ReplayShape;
 using specula::bench::SelectionCase;
-
-#define CHECK_CUDA(call)                                                                   \
-  do {                                                                                     \
-    const cudaError_t e_ = (call);                                                         \
-    if (e_ != cudaSuccess) {                                                               \
-      std::fprintf(stderr, "bench_union_replay: %s: %s\n", #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
-
-template <class F>
-double median_ms(F&& body, int iterations) {
-  cudaEvent_t a, b;
-  CHECK_CUDA(cudaEventCreate(&a));
-  CHECK_CUDA(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) body(i);
-  CHECK_CUDA(cudaDeviceSynchronize());
-  std::vector<float> t;
-  for (int i = 0; i < iterations; ++i) {
-    CHECK_CUDA(cudaEventRecord(a));
-    body(i);
-    CHECK_CUDA(cudaEventRecord(b));
-    CHECK_CUDA(cudaEventSynchronize(b));
-    float ms = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  CHECK_CUDA(cudaGetLastError());
-  std::sort(t.begin(), t.end());
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return t[t.size() / 2];
-}
 
 template <class T>
 T* upload(const std::vector<T>& host) {
