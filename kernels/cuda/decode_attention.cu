@@ -1,6 +1,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/attention_combine.cuh"
 #include "kernels/cuda/decode_attention.h"
 #include "kernels/cuda/pdl.cuh"
 
@@ -201,57 +202,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int i = 0; i < 8; ++i) sm_acc[warp][lane * 8 + i] = acc[i];
   }
   __syncthreads();
-  float m_all = -INFINITY;
-  for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, sm_m[w]);
-  float weights[kWarps], denom = 0.0f;
-  for (int w = 0; w < kWarps; ++w) {
-    weights[w] = sm_m[w] == -INFINITY ? 0.0f : expf(sm_m[w] - m_all);
-    denom += weights[w] * sm_l[w];
-  }
-  if (active == 1) {
-    for (int d = threadIdx.x; d < kHd; d += blockDim.x) {
-      float v = 0.0f;
-      for (int w = 0; w < kWarps; ++w) v += weights[w] * sm_acc[w][d];
-      out[h * kHd + d] = denom > 0.0f ? v / denom : 0.0f;
-    }
-    return;
-  }
-  // Split: as attention_kernel's, over the active splits only; the last of them to finish
-  // merges and resets the head's counter for the next launch.
-  float* mine = split.partial + (h * split.splits + z) * (kHd + 2);
-  for (int d = threadIdx.x; d < kHd; d += blockDim.x) {
-    float v = 0.0f;
-    for (int w = 0; w < kWarps; ++w) v += weights[w] * sm_acc[w][d];
-    mine[2 + d] = v;
-  }
-  if (threadIdx.x == 0) {
-    mine[0] = m_all;
-    mine[1] = denom;
-  }
-  __threadfence();
-  __syncthreads();
-  __shared__ bool last;
-  if (threadIdx.x == 0) last = atomicAdd(split.counters + h, 1) == active - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  const float* all = split.partial + h * split.splits * (kHd + 2);
-  float m_max = -INFINITY;
-  for (int64_t s = 0; s < active; ++s) m_max = fmaxf(m_max, __ldcg(all + s * (kHd + 2)));
-  float l_sum = 0.0f;
-  for (int64_t s = 0; s < active; ++s) {
-    const float ms = __ldcg(all + s * (kHd + 2));
-    if (ms != -INFINITY) l_sum += expf(ms - m_max) * __ldcg(all + s * (kHd + 2) + 1);
-  }
-  for (int d = threadIdx.x; d < kHd; d += blockDim.x) {
-    float v = 0.0f;
-    for (int64_t s = 0; s < active; ++s) {
-      const float ms = __ldcg(all + s * (kHd + 2));
-      if (ms != -INFINITY) v += expf(ms - m_max) * __ldcg(all + s * (kHd + 2) + 2 + d);
-    }
-    out[h * kHd + d] = l_sum > 0.0f ? v / l_sum : 0.0f;
-  }
-  if (threadIdx.x == 0) split.counters[h] = 0;
+  // Split: over the active splits only.
+  combine_attention_row<kWarps, kHd>(sm_m, sm_l, sm_acc, kHd, out + h * kHd, split, h, z, active);
 }
 
 }  // namespace

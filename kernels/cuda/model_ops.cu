@@ -1,13 +1,13 @@
-#include "kernels/cuda/model_ops.h"
-
-#include "kernels/cuda/pdl.cuh"
-
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+
+#include "kernels/cuda/attention_combine.cuh"
+#include "kernels/cuda/model_ops.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace specula::cuda {
 namespace {
@@ -215,13 +215,11 @@ __device__ __forceinline__ float warp_max(float v) {
 // once (2-byte loads, one row per instruction, left the warps waiting on memory: ncu showed
 // 69% of the stalls on L1TEX scoreboards). kHd = 0: any head_dim, one value per lane.
 template <int kPerLane, int kHd>  // head_dim ≤ 32 · kPerLane
-__global__ void __launch_bounds__(kAttnWarps * 32) attention_kernel(const float* __restrict__ q, int64_t ld_q, int64_t T,
-                                                                    int64_t n_heads, PagedKvLayer kv,
-                                                                    const uint8_t* __restrict__ mask, float scale,
-                                                                    float* __restrict__ out,
-                                                                    const int32_t* __restrict__ step,
-                                                                    AttentionSplit split,
-                                                                    const uint8_t* __restrict__ block_visible) {
+__global__ void __launch_bounds__(kAttnWarps * 32)
+    attention_kernel(const float* __restrict__ q, int64_t ld_q, int64_t T, int64_t n_heads, PagedKvLayer kv,
+                     const uint8_t* __restrict__ mask, float scale, float* __restrict__ out,
+                     const int32_t* __restrict__ step, AttentionSplit split,
+                     const uint8_t* __restrict__ block_visible) {
   pdl_trigger();
   pdl_wait();
   const int64_t committed = step[kStepCommitted], first_new = step[kStepFirstNew];
@@ -347,59 +345,9 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attention_kernel(const float*
     for (int i = 0; i < kPerLane; ++i) sm_acc[warp][i * 32 + lane] = acc[i];
   }
   __syncthreads();
-  float m_all = -INFINITY;
-  for (int w = 0; w < kAttnWarps; ++w) m_all = fmaxf(m_all, sm_m[w]);
-  float weights[kAttnWarps], denom = 0.0f;
-  for (int w = 0; w < kAttnWarps; ++w) {
-    weights[w] = sm_m[w] == -INFINITY ? 0.0f : expf(sm_m[w] - m_all);
-    denom += weights[w] * sm_l[w];
-  }
-  if (split.splits <= 1) {
-    for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
-      float v = 0.0f;
-      for (int w = 0; w < kAttnWarps; ++w) v += weights[w] * sm_acc[w][d];
-      out[t * n_heads * hd + h * hd + d] = denom > 0.0f ? v / denom : 0.0f;
-    }
-    return;
-  }
-  // Split: this block's state (max, sum, unnormalised values) goes to its slot; the block that
-  // finishes last for this (token, head) merges all the slots and resets the counter, so the
-  // next launch (a graph replay) finds it at zero.
   const int64_t pair = t * n_heads + h;
-  float* mine = split.partial + (pair * split.splits + blockIdx.z) * (hd + 2);
-  for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
-    float v = 0.0f;
-    for (int w = 0; w < kAttnWarps; ++w) v += weights[w] * sm_acc[w][d];
-    mine[2 + d] = v;
-  }
-  if (threadIdx.x == 0) {
-    mine[0] = m_all;
-    mine[1] = denom;
-  }
-  __threadfence();
-  __syncthreads();
-  __shared__ bool last;
-  if (threadIdx.x == 0) last = atomicAdd(split.counters + pair, 1) == split.splits - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  const float* all = split.partial + pair * split.splits * (hd + 2);
-  float m_max = -INFINITY;
-  for (int z = 0; z < split.splits; ++z) m_max = fmaxf(m_max, __ldcg(all + z * (hd + 2)));
-  float l_sum = 0.0f;
-  for (int z = 0; z < split.splits; ++z) {
-    const float mz = __ldcg(all + z * (hd + 2));
-    if (mz != -INFINITY) l_sum += expf(mz - m_max) * __ldcg(all + z * (hd + 2) + 1);
-  }
-  for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
-    float v = 0.0f;
-    for (int z = 0; z < split.splits; ++z) {
-      const float mz = __ldcg(all + z * (hd + 2));
-      if (mz != -INFINITY) v += expf(mz - m_max) * __ldcg(all + z * (hd + 2) + 2 + d);
-    }
-    out[t * n_heads * hd + h * hd + d] = l_sum > 0.0f ? v / l_sum : 0.0f;
-  }
-  if (threadIdx.x == 0) split.counters[pair] = 0;
+  combine_attention_row<kAttnWarps, kPerLane * 32>(sm_m, sm_l, sm_acc, hd, out + pair * hd, split, pair, blockIdx.z,
+                                                   split.splits);
 }
 
 __device__ __forceinline__ uint64_t mix64(uint64_t z) {
@@ -450,7 +398,7 @@ void rmsnorm_rows(const float* x, int64_t ld_x, const float* weight, int64_t T, 
 
 void swiglu_rows(const float* gu, int64_t T, int64_t ffn, float* out, cudaStream_t stream) {
   swiglu_kernel<<<dim3(static_cast<unsigned>((ffn + 255) / 256), static_cast<unsigned>(T)), 256, 0, stream>>>(gu, ffn,
-                                                                                                             out);
+                                                                                                              out);
 }
 
 void rope_in_place(float* qkv, int64_t ld, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
@@ -483,7 +431,7 @@ void kv_update_min_max_at(const PagedKvLayer& kv, int64_t T, const int32_t* step
   // T new rows touch at most ceil(T / B) + 1 blocks; the kernel drops the ones past the last row.
   const auto blocks = static_cast<unsigned>((T + kv.block_size - 1) / kv.block_size + 1);
   kv_min_max_kernel<<<dim3(blocks, static_cast<unsigned>(kv.n_kv_heads)), 128, 0, stream>>>(kv, 0, 0, step, T,
-                                                                                             KvLayerStrides{});
+                                                                                            KvLayerStrides{});
 }
 
 void rope_append_decode_at(float* qkv, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, const int32_t* positions,
@@ -511,7 +459,8 @@ void kv_move_rows(const PagedKvLayer& kv, const int32_t* from, const int32_t* to
 void kv_move_rows_layers(const PagedKvLayer& first, const KvLayerStrides& strides, const int32_t* from,
                          const int32_t* to, int64_t n, bf16_bits* scratch, cudaStream_t stream) {
   if (n <= 0) return;
-  const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(first.n_kv_heads), static_cast<unsigned>(strides.layers));
+  const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(first.n_kv_heads),
+                  static_cast<unsigned>(strides.layers));
   kv_move_kernel<<<grid, 128, 0, stream>>>(first, from, scratch, true, strides, n);
   kv_move_kernel<<<grid, 128, 0, stream>>>(first, to, scratch, false, strides, n);
 }
@@ -523,16 +472,20 @@ void attention_at(const float* q, int64_t ld_q, int64_t T, int64_t n_heads, cons
                   static_cast<unsigned>(split.splits > 1 ? split.splits : 1));
   const dim3 block(kAttnWarps * 32);
   if (kv.head_dim == 64) {
-    launch_pdl(attention_kernel<8, 64>, grid, block, 0, stream, q, ld_q, T, n_heads, kv, mask, scale, out, step, split, block_visible);
+    launch_pdl(attention_kernel<8, 64>, grid, block, 0, stream, q, ld_q, T, n_heads, kv, mask, scale, out, step, split,
+               block_visible);
   } else if (kv.head_dim == 128) {
-    launch_pdl(attention_kernel<8, 128>, grid, block, 0, stream, q, ld_q, T, n_heads, kv, mask, scale, out, step, split, block_visible);
+    launch_pdl(attention_kernel<8, 128>, grid, block, 0, stream, q, ld_q, T, n_heads, kv, mask, scale, out, step, split,
+               block_visible);
   } else if (kv.head_dim <= 64) {
-    launch_pdl(attention_kernel<2, 0>, grid, block, 0, stream, q, ld_q, T, n_heads, kv, mask, scale, out, step, split, block_visible);
+    launch_pdl(attention_kernel<2, 0>, grid, block, 0, stream, q, ld_q, T, n_heads, kv, mask, scale, out, step, split,
+               block_visible);
   } else if (kv.head_dim <= 128) {
-    launch_pdl(attention_kernel<4, 0>, grid, block, 0, stream, q, ld_q, T, n_heads, kv, mask, scale, out, step, split, block_visible);
+    launch_pdl(attention_kernel<4, 0>, grid, block, 0, stream, q, ld_q, T, n_heads, kv, mask, scale, out, step, split,
+               block_visible);
   } else {
-    launch_pdl(attention_kernel<kMaxPerLane, 0>, grid, block, 0, stream, q, ld_q, T, n_heads, kv, mask, scale, out, step,
-               split, block_visible);
+    launch_pdl(attention_kernel<kMaxPerLane, 0>, grid, block, 0, stream, q, ld_q, T, n_heads, kv, mask, scale, out,
+               step, split, block_visible);
   }
 }
 
