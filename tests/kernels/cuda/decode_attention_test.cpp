@@ -26,31 +26,7 @@ using DecodeAttentionTest = testing::GpuRandomTest;
 
 float bf_value(uint16_t b) { return __bfloat162float(__ushort_as_bfloat16(b)); }
 
-struct Cache {
-  PagedKvLayer kv;
-  int64_t n_kv = 0, n_meta = 0;
-  Cache(int64_t blocks, int64_t kv_heads, int64_t B, int64_t hd, const std::vector<int32_t>& table) {
-    n_kv = blocks * kv_heads * B * hd;
-    n_meta = blocks * kv_heads * hd;
-    const std::vector<uint16_t> poison(static_cast<size_t>(n_kv), 0x7fc0);  // NaN: unwritten rows
-    const std::vector<float> meta(static_cast<size_t>(n_meta), NAN);
-    kv.keys = upload(poison);
-    kv.values = upload(poison);
-    kv.key_min = upload(meta);
-    kv.key_max = upload(meta);
-    kv.block_table = upload(table);
-    kv.n_kv_heads = kv_heads;
-    kv.head_dim = hd;
-    kv.block_size = B;
-  }
-  ~Cache() {
-    cudaFree(kv.keys);
-    cudaFree(kv.values);
-    cudaFree(kv.key_min);
-    cudaFree(kv.key_max);
-    cudaFree(const_cast<int32_t*>(kv.block_table));
-  }
-};
+using Cache = testing::DevicePagedKv;
 
 // Relative L2 of the GPU output against attention in double over the cache's bf16 rows
 // [0, committed) and first_new, with the query rotated in double.

@@ -7,12 +7,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <random>
 #include <vector>
 
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/model_ops.h"
 
 namespace specula::cuda::testing {
 
@@ -66,5 +68,37 @@ std::vector<T> download(const T* d, size_t n) {
   EXPECT_EQ(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
   return h;
 }
+
+// A paged KV layer on the device: `blocks` blocks of B rows for kv_heads heads of hd, the given
+// block table, every key and value set to `fill` (bf16 bits; NaN by default, so a row read
+// before it is written shows) and the block min/max to `meta_fill`. Freed with the object.
+struct DevicePagedKv {
+  PagedKvLayer kv;
+  int64_t n_kv = 0, n_meta = 0;  // elements of keys (and values), of key_min (and key_max)
+  DevicePagedKv(int64_t blocks, int64_t kv_heads, int64_t B, int64_t hd, const std::vector<int32_t>& table,
+                uint16_t fill = 0x7fc0, float meta_fill = NAN) {
+    n_kv = blocks * kv_heads * B * hd;
+    n_meta = blocks * kv_heads * hd;
+    const std::vector<uint16_t> rows(static_cast<size_t>(n_kv), fill);
+    const std::vector<float> meta(static_cast<size_t>(n_meta), meta_fill);
+    kv.keys = upload(rows);
+    kv.values = upload(rows);
+    kv.key_min = upload(meta);
+    kv.key_max = upload(meta);
+    kv.block_table = upload(table);
+    kv.n_kv_heads = kv_heads;
+    kv.head_dim = hd;
+    kv.block_size = B;
+  }
+  DevicePagedKv(const DevicePagedKv&) = delete;
+  DevicePagedKv& operator=(const DevicePagedKv&) = delete;
+  ~DevicePagedKv() {
+    cudaFree(kv.keys);
+    cudaFree(kv.values);
+    cudaFree(kv.key_min);
+    cudaFree(kv.key_max);
+    cudaFree(const_cast<int32_t*>(kv.block_table));
+  }
+};
 
 }  // namespace specula::cuda::testing

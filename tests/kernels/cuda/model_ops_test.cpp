@@ -1,8 +1,9 @@
 // kernels/cuda/model_ops against plain CPU references on random inputs (fresh seed per run).
-#include <gtest/gtest.h>
+#include "kernels/cuda/model_ops.h"
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
@@ -11,7 +12,6 @@
 #include <vector>
 
 #include "kernels/cuda/device.h"
-#include "kernels/cuda/model_ops.h"
 #include "tests/kernels/cuda/gpu_test_support.h"
 
 namespace specula::cuda {
@@ -100,17 +100,8 @@ TEST_F(ModelOpsTest, PagedAppendMinMaxAndMaskedAttentionMatchCpu) {
   const int64_t committed = 37, T = 6, blocks = 4;
   const int64_t ld = (heads + 2 * kv_heads) * hd, qd = heads * hd, kvd = kv_heads * hd;
   std::vector<int32_t> table = {2, 0, 3, 1};
-  std::vector<uint16_t> poison(blocks * kv_heads * B * hd, 0x7fc0);  // NaN
-  PagedKvLayer kv;
-  kv.keys = upload(poison);
-  kv.values = upload(poison);
-  std::vector<float> meta(blocks * kv_heads * hd, NAN);
-  kv.key_min = upload(meta);
-  kv.key_max = upload(meta);
-  kv.block_table = upload(table);
-  kv.n_kv_heads = kv_heads;
-  kv.head_dim = hd;
-  kv.block_size = B;
+  testing::DevicePagedKv cache(blocks, kv_heads, B, hd, table);  // NaN until written
+  const PagedKvLayer& kv = cache.kv;
   // Committed rows then T new rows, written as two appends.
   const int64_t rows = committed + T;
   auto all = random(rows * ld, 1.5f);
@@ -179,7 +170,7 @@ TEST_F(ModelOpsTest, PagedAppendMinMaxAndMaskedAttentionMatchCpu) {
     EXPECT_LT(err, 1e-4);
   }
   // Block min/max over the rows present, per (block, head, dim).
-  auto kmin = download(kv.key_min, meta.size()), kmax = download(kv.key_max, meta.size());
+  auto kmin = download(kv.key_min, cache.n_meta), kmax = download(kv.key_max, cache.n_meta);
   for (int64_t b = 0; b * B < rows; ++b)
     for (int64_t g = 0; g < kv_heads; ++g)
       for (int64_t k = 0; k < hd; ++k) {
@@ -192,11 +183,6 @@ TEST_F(ModelOpsTest, PagedAppendMinMaxAndMaskedAttentionMatchCpu) {
         ASSERT_EQ(kmin[m], lo) << "block " << b;
         ASSERT_EQ(kmax[m], hi) << "block " << b;
       }
-  cudaFree(kv.keys);
-  cudaFree(kv.values);
-  cudaFree(kv.key_min);
-  cudaFree(kv.key_max);
-  cudaFree(const_cast<int32_t*>(kv.block_table));
   cudaFree(dall);
   cudaFree(dmask);
   cudaFree(dsteps);
@@ -213,21 +199,9 @@ TEST_F(ModelOpsTest, FusedDecodeRopeAppendEqualsTheSeparateLaunches) {
       const int64_t heads = 6, kv_heads = 2, B = 16, blocks = 3, steps = 40;
       const int64_t qd = heads * hd, kvd = kv_heads * hd, ld = qd + 2 * kvd;
       const std::vector<int32_t> table = {1, 2, 0};
-      auto make_kv = [&]() {
-        PagedKvLayer kv;
-        std::vector<uint16_t> zeros(blocks * kv_heads * B * hd, 0);
-        std::vector<float> meta(blocks * kv_heads * hd, 0.0f);
-        kv.keys = upload(zeros);
-        kv.values = upload(zeros);
-        kv.key_min = upload(meta);
-        kv.key_max = upload(meta);
-        kv.block_table = upload(table);
-        kv.n_kv_heads = kv_heads;
-        kv.head_dim = hd;
-        kv.block_size = B;
-        return kv;
-      };
-      PagedKvLayer separate = make_kv(), fused = make_kv();
+      testing::DevicePagedKv separate_cache(blocks, kv_heads, B, hd, table, 0, 0.0f),
+          fused_cache(blocks, kv_heads, B, hd, table, 0, 0.0f);
+      PagedKvLayer &separate = separate_cache.kv, &fused = fused_cache.kv;
       float *qa = nullptr, *qb = nullptr;
       int32_t *step = nullptr, *pos = nullptr;
       ASSERT_EQ(cudaMalloc(&qa, ld * 4), cudaSuccess);
@@ -280,13 +254,6 @@ TEST_F(ModelOpsTest, FusedDecodeRopeAppendEqualsTheSeparateLaunches) {
       // Every block holds rows (45 rows over 3 blocks of 16), so all metadata is live.
       EXPECT_EQ(download(separate.key_min, n_meta), download(fused.key_min, n_meta)) << "hd " << hd;
       EXPECT_EQ(download(separate.key_max, n_meta), download(fused.key_max, n_meta)) << "hd " << hd;
-      for (PagedKvLayer* kv : {&separate, &fused}) {
-        cudaFree(kv->keys);
-        cudaFree(kv->values);
-        cudaFree(kv->key_min);
-        cudaFree(kv->key_max);
-        cudaFree(const_cast<int32_t*>(kv->block_table));
-      }
       cudaFree(qa);
       cudaFree(qb);
       cudaFree(step);
