@@ -57,16 +57,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_attention: skipped: no GPU (%s)\n", no_device_reason().c_str());
     return 0;
   }
-  DeviceInfo dev;
-  device_info(0, &dev);
-  CopyBandwidth memcpy_bw, kernel_bw;
+  const auto copy = specula::bench::measure_copy_ceiling(1ull << 30);
+  const double copy_GBps = copy.GBps();
   std::string error;
-  if (!measure_copy_bandwidth(1ull << 30, 20, &memcpy_bw, &error) ||
-      !measure_kernel_copy_bandwidth(1ull << 30, 20, &kernel_bw, &error)) {
-    std::fprintf(stderr, "bench_attention: %s\n", error.c_str());
-    return 1;
-  }
-  const double copy_GBps = std::max(memcpy_bw.bytes_per_s, kernel_bw.bytes_per_s) / 1e9;
   const int max_nodes = *std::max_element(node_counts.begin(), node_counts.end());
   const uint64_t seed = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   std::mt19937_64 rng(seed);
@@ -232,12 +225,7 @@ int main(int argc, char** argv) {
   nlohmann::json result = {
       {"bench", "attention"},
       {"date", specula::bench::utc_now()},
-      {"device",
-       {{"name", dev.name},
-        {"sm", std::to_string(dev.sm_major) + std::to_string(dev.sm_minor)},
-        {"multiprocessors", dev.multiprocessors},
-        {"driver", specula::bench::nvidia_driver()},
-        {"runtime_version", dev.runtime_version}}},
+      {"device", specula::bench::device_json()},
       {"host", specula::bench::host_info()},
       {"commit", commit},
       {"command", specula::bench::command_line(argc, argv)},
@@ -248,9 +236,6 @@ int main(int argc, char** argv) {
         {"head_dim", kAttnHeadDim},
         {"block_size", kAttnBlockSize},
         {"dtype", "bf16"}}},
-      {"copy_bandwidth_GBps", copy_GBps},
-      {"copy_memcpy_GBps", memcpy_bw.bytes_per_s / 1e9},
-      {"copy_kernel_GBps", kernel_bw.bytes_per_s / 1e9},
       {"bytes_counted",
        "unique KV blocks (K+V) per kv head + block table/lists + q + out + ancestors; "
        "loaded = every (group, kv head) list entry"},
@@ -258,6 +243,7 @@ int main(int argc, char** argv) {
       {"timing", "median of --iterations CUDA-event-timed calls after 3 warm-ups; KV pool copies rotate past L2"},
       {"rows", rows},
   };
+  result.update(copy.json());
   std::puts(result.dump(2).c_str());
   if (!out_path.empty()) std::ofstream(out_path) << result.dump(2) << "\n";
   return 0;

@@ -1,12 +1,19 @@
 #pragma once
 // What the GPU bench mains share: a CUDA call that must succeed (else the bench says which call
-// failed and exits 1), and the median of CUDA-event timings of a body.
+// failed and exits 1), the median of CUDA-event timings of a body, the device as the results
+// JSON names it, and the copy-bandwidth ceiling measured in the same run.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <string>
 #include <vector>
+
+#include "bench/bench_info.h"
+#include "kernels/cuda/device.h"
 
 namespace specula::bench {
 
@@ -56,6 +63,37 @@ inline void* dalloc(size_t bytes) {
   void* p = nullptr;
   CHECK_CUDA(cudaMalloc(&p, std::max<size_t>(bytes, 256)));
   return p;
+}
+
+// GPU 0 as every results file names it (name, compute capability, SMs, driver, runtime).
+inline nlohmann::json device_json() {
+  cuda::DeviceInfo dev;
+  cuda::device_info(0, &dev);
+  return {{"name", dev.name},
+          {"sm", std::to_string(dev.sm_major) + std::to_string(dev.sm_minor)},
+          {"multiprocessors", dev.multiprocessors},
+          {"driver", nvidia_driver()},
+          {"runtime_version", dev.runtime_version}};
+}
+
+// Device-to-device copy bandwidth over a buffer of `bytes` (20 timed copies), by cudaMemcpy and by
+// a copy kernel; the ceiling is the faster. A failure is the bench's error line and exit 1.
+struct CopyCeiling {
+  double memcpy_GBps = 0, kernel_GBps = 0;
+  double GBps() const { return std::max(memcpy_GBps, kernel_GBps); }
+  nlohmann::json json() const {
+    return {{"copy_bandwidth_GBps", GBps()}, {"copy_memcpy_GBps", memcpy_GBps}, {"copy_kernel_GBps", kernel_GBps}};
+  }
+};
+inline CopyCeiling measure_copy_ceiling(uint64_t bytes) {
+  cuda::CopyBandwidth memcpy_bw, kernel_bw;
+  std::string error;
+  if (!cuda::measure_copy_bandwidth(bytes, 20, &memcpy_bw, &error) ||
+      !cuda::measure_kernel_copy_bandwidth(bytes, 20, &kernel_bw, &error)) {
+    std::fprintf(stderr, "%s: %s\n", kBenchName, error.c_str());
+    std::exit(1);
+  }
+  return {memcpy_bw.bytes_per_s / 1e9, kernel_bw.bytes_per_s / 1e9};
 }
 
 }  // namespace specula::bench

@@ -184,16 +184,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_union_replay: skipped: no GPU (%s)\n", no_device_reason().c_str());
     return 0;
   }
-  DeviceInfo dev;
-  device_info(0, &dev);
-  CopyBandwidth memcpy_bw, kernel_bw;
-  const uint64_t copy_bytes = uint64_t(copy_mb) << 20;
-  if (!measure_copy_bandwidth(copy_bytes, 20, &memcpy_bw, &error) ||
-      !measure_kernel_copy_bandwidth(copy_bytes, 20, &kernel_bw, &error)) {
-    std::fprintf(stderr, "bench_union_replay: %s\n", error.c_str());
-    return 1;
-  }
-  const double copy_GBps = std::max(memcpy_bw.bytes_per_s, kernel_bw.bytes_per_s) / 1e9;
+  const auto copy = specula::bench::measure_copy_ceiling(uint64_t(copy_mb) << 20);
+  const double copy_GBps = copy.GBps();
   std::mt19937_64 rng(seed);
   const auto random_cases = specula::bench::randomize_selections(cases, rng);
   constexpr size_t kBlockBytes = size_t(kAttnBlockSize) * kAttnHeadDim * 2;  // one head, K or V
@@ -365,12 +357,7 @@ int main(int argc, char** argv) {
   nlohmann::json result = {
       {"bench", "union_replay"},
       {"date", specula::bench::utc_now()},
-      {"device",
-       {{"name", dev.name},
-        {"sm", std::to_string(dev.sm_major) + std::to_string(dev.sm_minor)},
-        {"multiprocessors", dev.multiprocessors},
-        {"driver", specula::bench::nvidia_driver()},
-        {"runtime_version", dev.runtime_version}}},
+      {"device", specula::bench::device_json()},
       {"host", specula::bench::host_info()},
       {"commit", commit},
       {"command", specula::bench::command_line(argc, argv)},
@@ -379,9 +366,6 @@ int main(int argc, char** argv) {
       {"mapping", mapping},
       {"selections", file},
       {"cases", cases.size()},
-      {"copy_bandwidth_GBps", copy_GBps},
-      {"copy_memcpy_GBps", memcpy_bw.bytes_per_s / 1e9},
-      {"copy_kernel_GBps", kernel_bw.bytes_per_s / 1e9},
       {"per_query_vs_group_union_output_rel_err_max", worst_mode_diff},
       {"bytes_counted",
        "unique = distinct KV blocks (K+V) per kv head over all lists; loaded = every (group, kv head) "
@@ -392,6 +376,7 @@ int main(int argc, char** argv) {
       {"summary", summary},
       {"rows", rows},
   };
+  result.update(copy.json());
   std::printf("copy %.0f GB/s; per-query vs group-union output rel err max %.2g\n", copy_GBps, worst_mode_diff);
   std::printf("%-8s %-7s %5s %-20s %9s %10s %10s %9s %9s %8s %8s\n", "shape", "overlap", "nodes", "mode", "mean_ms",
               "MB_unique", "MB_loaded", "GBps_ld", "copy_ld", "ld/pq", "t/pq");
