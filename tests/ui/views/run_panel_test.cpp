@@ -26,7 +26,10 @@ namespace {
 std::optional<bool> run_and_wait(RunPanel& panel, int timeout_ms) {
   std::optional<bool> outcome;
   QEventLoop loop;
-  QObject::connect(&panel, &RunPanel::runFinished, &loop, [&](bool ok) { outcome = ok; loop.quit(); });
+  QObject::connect(&panel, &RunPanel::runFinished, &loop, [&](bool ok) {
+    outcome = ok;
+    loop.quit();
+  });
   QTimer::singleShot(timeout_ms, &loop, &QEventLoop::quit);
   panel.startRun();
   if (!outcome) loop.exec();
@@ -201,14 +204,19 @@ TEST(RunPanel, KvCounterUpdatesEveryRoundWhileTheRunGoes) {
   EXPECT_EQ(updates.size(), rounds->size() + 1) << "one update per recorded round, plus the totals";
 }
 
-TEST(RunPanel, EngineRefusalsShowTheEngineErrorAndThePanelRunsAgain) {
-  if (!have_default_model()) GTEST_SKIP() << "skipped: default model not downloaded";
-  QTemporaryDir dir;
-  RunPanel panel;
+// A 4-token plain run of "Hello there" without the chat template, its session kept in dir.
+void short_plain_run(RunPanel& panel, const QTemporaryDir& dir) {
   panel.setSessionDirectory(dir.path());
   panel.setChat(false);
   panel.setMaxTokens(4);
   panel.setPrompt("Hello there");
+}
+
+TEST(RunPanel, EngineRefusalsShowTheEngineErrorAndThePanelRunsAgain) {
+  if (!have_default_model()) GTEST_SKIP() << "skipped: default model not downloaded";
+  QTemporaryDir dir;
+  RunPanel panel;
+  short_plain_run(panel, dir);
 
   panel.setSparsePreset("smoe");  // the default model is dense
   auto outcome = run_and_wait(panel, 60000);
@@ -246,10 +254,7 @@ TEST(RunPanel, CudaWithoutAGpuIsAnErrorAndAutoRunsOnTheCpu) {
   if (cuda_gpu_available()) GTEST_SKIP() << "a GPU is present: the cuda choice would run (the GPU tests cover it)";
   QTemporaryDir dir;
   RunPanel panel;
-  panel.setSessionDirectory(dir.path());
-  panel.setChat(false);
-  panel.setMaxTokens(4);
-  panel.setPrompt("Hello there");
+  short_plain_run(panel, dir);
   EXPECT_EQ(panel.backend(), "auto");
   panel.setBackend("cuda");
   auto outcome = run_and_wait(panel, 60000);
@@ -272,10 +277,7 @@ TEST(RunPanel, CancellingTheModelLoadLeavesNothingLoadedAndThePanelRunsAgain) {
   if (!have_default_model()) GTEST_SKIP() << "skipped: default model not downloaded";
   QTemporaryDir dir;
   RunPanel panel;
-  panel.setSessionDirectory(dir.path());
-  panel.setChat(false);
-  panel.setMaxTokens(4);
-  panel.setPrompt("Hello there");
+  short_plain_run(panel, dir);
   std::vector<int> shown;  // what the load bar showed, in order
   QObject::connect(&panel, &RunPanel::modelLoadProgress, [&](int permille) {
     shown.push_back(permille);
@@ -339,10 +341,7 @@ TEST(RunPanel, CorruptModelFileRaisesADialogAndTheDefaultModelStillRuns) {
     for (int i = 0; i < 4096; ++i) out.put(static_cast<char>((i * 131) & 0xff));
   }
   RunPanel panel;
-  panel.setSessionDirectory(dir.path());
-  panel.setChat(false);
-  panel.setMaxTokens(4);
-  panel.setPrompt("Hello there");
+  short_plain_run(panel, dir);
   panel.setModelSpec(corrupt);
   auto outcome = run_and_wait(panel, 60000);
   ASSERT_TRUE(outcome.has_value()) << "a corrupt model must not hang the worker";
