@@ -9,14 +9,20 @@
 namespace specula {
 
 std::vector<float> apply_sampling_filters(std::span<const float> logits, const SamplingParams& params) {
+  std::vector<float> probs(logits.size());
+  apply_sampling_filters(logits, params, probs);
+  return probs;
+}
+
+void apply_sampling_filters(std::span<const float> logits, const SamplingParams& params, std::span<float> probs) {
   const size_t vocab = logits.size();
-  std::vector<float> probs(vocab, 0.0f);
-  if (vocab == 0) return probs;
+  std::fill(probs.begin(), probs.end(), 0.0f);
+  if (vocab == 0) return;
 
   const auto best = static_cast<size_t>(argmax_f32(logits.data(), static_cast<int64_t>(vocab)));
   if (params.temperature <= 0 || !(logits[best] > -INFINITY)) {
     probs[best] = 1.0f;
-    return probs;
+    return;
   }
 
   // Softmax in double, shifted by the max so the largest term is exp(0) = 1.
@@ -67,7 +73,6 @@ std::vector<float> apply_sampling_filters(std::span<const float> logits, const S
     for (double w : weight) total += w;
     for (size_t i = 0; i < vocab; ++i) probs[i] = static_cast<float>(weight[i] / total);
   }
-  return probs;
 }
 
 }  // namespace specula

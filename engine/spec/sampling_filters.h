@@ -19,6 +19,9 @@ namespace specula {
 //    renormalised; everything else is exactly 0.
 // -inf logits get probability 0. Empty logits give an empty vector.
 std::vector<float> apply_sampling_filters(std::span<const float> logits, const SamplingParams& params);
+// The same into probs (logits.size() floats), allocating nothing at temperature <= 0: what a
+// greedy verify does for every row of a tree.
+void apply_sampling_filters(std::span<const float> logits, const SamplingParams& params, std::span<float> probs);
 
 // Uniform double in [0, 1) from the top 53 bits of one draw: the same on every platform,
 // unlike std::uniform_real_distribution whose algorithm is implementation-defined.

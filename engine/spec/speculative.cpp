@@ -322,15 +322,8 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
       }
       PhaseSpan accept_span(observer, "accept", round_index);
       for (size_t r = 0; r < rows; ++r) {
-        const std::span<const float> row(all_logits.data() + r * V, V);
-        float* out = probs.data() + r * V;
-        if (greedy) {  // what apply_sampling_filters gives at temperature 0, without a vector per row
-          std::fill(out, out + V, 0.0f);
-          out[argmax(row)] = 1.0f;
-          continue;
-        }
-        const auto p = apply_sampling_filters(row, target_filters);
-        std::copy(p.begin(), p.end(), out);
+        apply_sampling_filters(std::span<const float>(all_logits.data() + r * V, V), target_filters,
+                               std::span<float>(probs.data() + r * V, V));
       }
       auto accepted = (*rule)->accept(tree, TargetProbs{probs, static_cast<int>(V)}, rng);
       if (!accepted) {
