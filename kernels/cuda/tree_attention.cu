@@ -85,10 +85,20 @@ struct KernelArgs {
   const int32_t* list_counts;
   float* part_o;    // [groups][Hk][chunks][rows_pad][D]
   float2* part_ml;  // [groups][Hk][chunks][rows_pad]  (running max x scale, in log2 units; sum)
-  int kv_heads, q_heads, nodes, prefix_len, group_size, max_blocks, per_chunk, chunks, rows, rows_pad;
+  int kv_heads, q_heads, nodes, prefix_len, group_size, max_blocks, chunks, rows, rows_pad;
+  int stage_blocks;          // a chunk's entries come in whole stages of this many blocks (the variant's NB)
   int cta_rows, row_splits;  // rows a CTA covers; CTAs splitting one (group, kv head, chunk)'s rows
   float scale_log2;
 };
+
+// Entries a chunk of a (group, kv head) list takes: its real count spread over the planned chunks
+// in whole stages. The host plans chunks from the lists' capacity (it cannot read the counts
+// without a sync); sizing the chunks by capacity left most CTAs idle on short sparse lists.
+// For a dense list (count = max_blocks) this is the host plan's own chunk size.
+__device__ __forceinline__ int chunk_entries(const KernelArgs& a, int count) {
+  const int per = max(1, (count + a.chunks - 1) / a.chunks);
+  return (per + a.stage_blocks - 1) / a.stage_blocks * a.stage_blocks;
+}
 
 // MT: 16-row tiles per warp (B fragments shared by them); NB: KV blocks per pipeline stage (one
 // barrier per stage); NBC: blocks per softmax update (NB / NBC updates a stage; fewer live S
@@ -116,8 +126,9 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
   const int gqa = a.q_heads / a.kv_heads;
   const size_t list_base = (size_t(group) * a.kv_heads + kvh) * a.max_blocks;
   const int count = a.list_blocks ? a.list_counts[group * a.kv_heads + kvh] : a.max_blocks;
-  const int begin = chunk * a.per_chunk;
-  const int n_entries = max(0, min(count, begin + a.per_chunk) - begin);
+  const int per_chunk = chunk_entries(a, count);
+  const int begin = chunk * per_chunk;
+  const int n_entries = max(0, min(count, begin + per_chunk) - begin);
   const int n_stages = (n_entries + NB - 1) / NB;
 
   // Loading: the CTA's threads form NB teams, team b copies block b of each stage, so each thread
@@ -439,7 +450,8 @@ __global__ void __launch_bounds__(kMergeWarps * 32) tree_attention_merge_kernel(
   const int group = node / a.group_size;
   const int row = (node - group * a.group_size) * gqa + head % gqa;
   const int count = a.list_blocks ? a.list_counts[group * a.kv_heads + kvh] : a.max_blocks;
-  const int used = (count + a.per_chunk - 1) / a.per_chunk;
+  const int per_chunk = chunk_entries(a, count);
+  const int used = (count + per_chunk - 1) / per_chunk;
   const size_t base = (size_t(group) * a.kv_heads + kvh) * a.chunks;
   const float2* ml = a.part_ml + base * a.rows_pad + row;
   float mmax = -INFINITY;
@@ -564,7 +576,7 @@ const DeviceShape& device_shape() {
 struct Plan {
   int variant = 0;
   int rows = 0, rows_pad = 0, warps = 0, threads = 0, cta_rows = 0, row_splits = 1;
-  int per_chunk = 0, chunks = 0;
+  int chunks = 0;  // a list's entries spread over these (chunk_entries)
   size_t smem = 0;
 };
 
@@ -593,9 +605,8 @@ Plan make_plan(const TreeQueries& tq, int kv_heads, int groups, int group_size, 
   const int ctas_wanted = shape.sms * per_sm;
   const int base = std::max(1, groups * kv_heads * p.row_splits);
   const int chunks = std::max(1, ctas_wanted / base);
-  p.per_chunk = std::max(1, (max_blocks + chunks - 1) / chunks);
-  p.per_chunk = (p.per_chunk + v.nb - 1) / v.nb * v.nb;
-  p.chunks = std::max(1, (max_blocks + p.per_chunk - 1) / p.per_chunk);
+  const int per_chunk = (std::max(1, (max_blocks + chunks - 1) / chunks) + v.nb - 1) / v.nb * v.nb;
+  p.chunks = std::max(1, (max_blocks + per_chunk - 1) / per_chunk);
   return p;
 }
 
@@ -647,8 +658,8 @@ bool launch(const PagedKv& kv, const TreeQueries& tq, const int32_t* blocks, con
   a.prefix_len = tq.prefix_len;
   a.group_size = group_size;
   a.max_blocks = max_blocks;
-  a.per_chunk = p.per_chunk;
   a.chunks = p.chunks;
+  a.stage_blocks = kVariants[p.variant].nb;
   a.rows = p.rows;
   a.rows_pad = p.rows_pad;
   a.cta_rows = p.cta_rows;

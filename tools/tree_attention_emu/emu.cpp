@@ -250,7 +250,7 @@ double run_case(std::mt19937_64& rng, int nodes, int prefix, int per_chunk_targe
   a.part_o = part_o.data();
   a.part_ml = part_ml.data();
   a.kv_heads = kv_heads; a.q_heads = q_heads; a.nodes = nodes; a.prefix_len = prefix; a.group_size = gs;
-  a.max_blocks = max_blocks; a.per_chunk = per_chunk; a.chunks = chunks; a.rows = rows; a.rows_pad = rows_pad;
+  a.max_blocks = max_blocks; a.stage_blocks = NB; a.chunks = chunks; a.rows = rows; a.rows_pad = rows_pad;
   a.cta_rows = cta_rows; a.row_splits = splits;
   a.scale_log2 = p.scale * 1.4426950408889634f;
   const size_t smem = (size_t(STAGES) * NB * (2 * kTile * 2 + 12) + 15) / 16 * 16 + (QS ? size_t(cta_rows) * kRowPad * 2 : 0);
