@@ -12,9 +12,7 @@ namespace {
 
 constexpr int kScoreBlocks = 32;  // logical blocks per scoring CTA, one per lane
 constexpr int kListThreads = 256;
-// top_k_select_kernel's CTA: 1024 threads when the segments are fewer than the SMs (first-query:
-// one per kv head, so each CTA's passes over its keys are the critical path), 256 otherwise.
-constexpr int kSelectThreadsFew = 1024, kSelectThreadsMany = 256;
+constexpr int kSelectThreads = 256;
 
 struct Shape {
   int nblocks = 0, first_forced = 0, forced = 0, take = 0, stride = 1, selectors = 0, groups = 0, group_size = 0,
@@ -111,43 +109,23 @@ __global__ void __launch_bounds__(kScoreThreads)
     for (int j = 0; j < kVec; ++j) meta[which][blk][d + j] = v[j];
   }
   __syncthreads();
-  const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32, b = b0 + lane;
-  const bool forced = b < sink_blocks || b >= first_forced;
-  // Lane = block; a warp sums (q head, dimension pair) terms of one selector. With fewer
-  // selectors than warps (first-query: one) the warps split those terms and a fixed-order sum
-  // over the parts follows: one warp walking all gqa x kD/2 terms alone was the score kernel's
-  // critical path (32 us a layer at 64K for Llama-8B's first-query,
-  // cuda_verify_8b_64k_profile_s7_h100_2026-11-24.json).
-  const int parts = selectors >= warps ? 1 : warps / selectors;
-  const int terms = gqa * (kD / 2);
-  auto partial_score = [&](int sel, int part) {
-    const __nv_bfloat16* qs = q + (size_t(sel) * stride * q_heads + kvh * gqa) * kD;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, b = b0 + lane;
+  for (int sel = warp; sel < selectors; sel += blockDim.x / 32) {
+    const int node = sel * stride;
     float acc = 0.f;
-#pragma unroll 4
-    for (int t = part; t < terms; t += parts) {
-      const int h = t / (kD / 2), w = t % (kD / 2);
-      const float2 qv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(qs + h * kD + 2 * w));
-      const float mnx = meta[0][lane][2 * w], mny = meta[0][lane][2 * w + 1];
-      const float mxx = meta[1][lane][2 * w], mxy = meta[1][lane][2 * w + 1];
-      acc += fmaxf(qv.x * mnx, qv.x * mxx) + fmaxf(qv.y * mny, qv.y * mxy);
+    for (int h = 0; h < gqa; ++h) {
+      const __nv_bfloat16* qr = q + (size_t(node) * q_heads + kvh * gqa + h) * kD;
+      for (int w = 0; w < kD / 2; ++w) {
+        const float2 qv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(qr + 2 * w));
+        const float mnx = meta[0][lane][2 * w], mny = meta[0][lane][2 * w + 1];
+        const float mxx = meta[1][lane][2 * w], mxy = meta[1][lane][2 * w + 1];
+        acc += fmaxf(qv.x * mnx, qv.x * mxx) + fmaxf(qv.y * mny, qv.y * mxy);
+      }
     }
-    return acc;
-  };
-  auto store = [&](int sel, float acc) {
-    if (b < nblocks) scores[(size_t(sel) * kv_heads + kvh) * nblocks + b] = forced ? INFINITY : acc;
-  };
-  if (parts == 1) {
-    for (int sel = warp; sel < selectors; sel += warps) store(sel, partial_score(sel, 0));
-    return;
-  }
-  __shared__ float part_acc[kScoreThreads / 32][kScoreBlocks];
-  const int sel = warp / parts, part = warp % parts;
-  if (sel < selectors) part_acc[warp][lane] = partial_score(sel, part);
-  __syncthreads();
-  if (sel < selectors && part == 0) {
-    float acc = 0.f;
-    for (int i = 0; i < parts; ++i) acc += part_acc[warp + i][lane];
-    store(sel, acc);
+    if (b < nblocks) {
+      const bool forced = b < sink_blocks || b >= first_forced;
+      scores[(size_t(sel) * kv_heads + kvh) * nblocks + b] = forced ? INFINITY : acc;
+    }
   }
 }
 
@@ -166,13 +144,13 @@ __device__ __forceinline__ uint32_t order_key(float f) {
 // still needed. A compaction in block order then keeps every larger key and the first `need`
 // equal ones. Reads the scores once from memory (the segment lives in shared memory), where the
 // segmented radix sort it replaces moved keys and ids through memory on every one of its passes.
-__global__ void __launch_bounds__(kSelectThreadsFew)
+__global__ void __launch_bounds__(kSelectThreads)
     top_k_select_kernel(const float* __restrict__ scores, int nblocks, int take, int32_t* __restrict__ chosen) {
   extern __shared__ uint32_t keys[];  // [nblocks]
   __shared__ uint32_t hist[256];
   __shared__ uint32_t s_prefix;
   __shared__ int s_need;
-  __shared__ int warp_gt[kSelectThreadsFew / 32], warp_eq[kSelectThreadsFew / 32];
+  __shared__ int warp_gt[kSelectThreads / 32], warp_eq[kSelectThreads / 32];
   const size_t seg = blockIdx.x;
   int32_t* out = chosen + seg * nblocks;
   if (take >= nblocks) {
@@ -186,14 +164,9 @@ __global__ void __launch_bounds__(kSelectThreadsFew)
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
     __syncthreads();
-    // Warp-aggregated: the high digits of similar scores fall in a few bins, and one shared
-    // atomic per key on the same bin serializes; lanes with equal digits add once, by their leader.
-    for (int b0 = 0; b0 < nblocks; b0 += blockDim.x) {
-      const int b = b0 + threadIdx.x;
-      const uint32_t k = b < nblocks ? keys[b] : 0u;
-      const uint32_t digit = b < nblocks && (k & fixed) == prefix ? (k >> shift) & 255u : 256u;
-      const unsigned peers = __match_any_sync(0xffffffffu, digit);
-      if (digit < 256u && lane == __ffs(peers) - 1) atomicAdd(&hist[digit], __popc(peers));
+    for (int b = threadIdx.x; b < nblocks; b += blockDim.x) {
+      const uint32_t k = keys[b];
+      if ((k & fixed) == prefix) atomicAdd(&hist[(k >> shift) & 255u], 1u);
     }
     __syncthreads();
     if (warp == 0) {
@@ -226,8 +199,7 @@ __global__ void __launch_bounds__(kSelectThreadsFew)
     fixed |= 255u << shift;
   }
   // prefix is now the take-th largest key; keep keys above it and the first `need` equal to it.
-  const int warps = blockDim.x / 32;
-  const int per_warp = ((nblocks + warps - 1) / warps + 31) / 32 * 32;
+  const int per_warp = ((nblocks + kSelectThreads / 32 - 1) / (kSelectThreads / 32) + 31) / 32 * 32;
   const int begin = warp * per_warp, end = min(nblocks, begin + per_warp);
   int gt = 0, eq = 0;
   for (int b0 = begin; b0 < end; b0 += 32) {
@@ -415,11 +387,7 @@ bool select_blocks(const PagedKv& kv, const TreeQueries& tq, const SelectParams&
   if (key_bytes > 48 * 1024) {
     cudaFuncSetAttribute(top_k_select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(key_bytes));
   }
-  const int segments = s.selectors * kv.kv_heads;
-  int sms = 0;
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  const int select_threads = segments < sms ? kSelectThreadsFew : kSelectThreadsMany;
-  top_k_select_kernel<<<segments, select_threads, key_bytes, st>>>(scores, s.nblocks, s.take, chosen);
+  top_k_select_kernel<<<s.selectors * kv.kv_heads, kSelectThreads, key_bytes, st>>>(scores, s.nblocks, s.take, chosen);
   if (mask_bytes > 48 * 1024) {
     cudaFuncSetAttribute(build_lists_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(mask_bytes));
   }
