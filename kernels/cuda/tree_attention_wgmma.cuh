@@ -95,12 +95,16 @@ constexpr size_t smem_bytes(int stages, int cta_rows) {
 
 }  // namespace wg
 
-// WG: warpgroups a CTA (64 rows each); STAGES: 4-block stages in the ring (STAGES - 1 in flight);
-// MINB: CTAs an SM for the register cap (__launch_bounds__).
-template <int WG, int STAGES, int MINB>
+// WG: warpgroups a CTA (64 rows each); STAGES: 4-block stages in the ring; MINB: CTAs an SM for
+// the register cap (__launch_bounds__). DEFER: a stage's P V is left running into the next stage's
+// barrier and Q K^T (waited there), so the ring refills the slot read two stages back: STAGES - 2
+// stages in flight instead of STAGES - 1.
+template <int WG, int STAGES, int MINB, bool DEFER>
 __global__ void __launch_bounds__(WG * 128, MINB) tree_attention_wgmma_kernel(KernelArgs a) {
   using namespace wg;
   constexpr int NB = kNB;
+  constexpr int LEAD = DEFER ? STAGES - 2 : STAGES - 1;  // stages loaded ahead of the one computed
+  static_assert(LEAD >= 1, "at least one stage in flight");
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   // The swizzle pattern repeats every 1024 B and the descriptors carry no base offset: align.
   unsigned char* base = smem_raw + ((1024 - (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023)) & 1023);
@@ -156,7 +160,7 @@ __global__ void __launch_bounds__(WG * 128, MINB) tree_attention_wgmma_kernel(Ke
   };
 
   fetch(0);
-  for (int s = 0; s < STAGES - 1; ++s) {
+  for (int s = 0; s < LEAD; ++s) {
     if (s < n_stages) issue(s);
     cp_async_commit();
     fetch(s + 1);
@@ -197,12 +201,12 @@ __global__ void __launch_bounds__(WG * 128, MINB) tree_attention_wgmma_kernel(Ke
   const uint32_t q_half = a.cta_rows * 64 * 2 >> 4, kv_half = kKeys * 64 * 2 >> 4, stage = kStageElems * 2 >> 4;
 
   for (int st = 0; st < n_stages; ++st) {
-    cp_async_wait<STAGES - 2>();
+    cp_async_wait<LEAD - 1>();
     fence_proxy_async();
     __syncthreads();
-    if (st + STAGES - 1 < n_stages) issue((st + STAGES - 1) % STAGES);
+    if (st + LEAD < n_stages) issue((st + LEAD) % STAGES);
     cp_async_commit();
-    fetch(st + STAGES);
+    fetch(st + LEAD + 1);
     if (!computes) continue;
 
     const int slot = st % STAGES;
@@ -230,8 +234,9 @@ __global__ void __launch_bounds__(WG * 128, MINB) tree_attention_wgmma_kernel(Ke
         mma_qk<1>(s, qa, kb);
     }
     commit();
-    wait_all();
+    wait_all();  // DEFER: the previous stage's P V too
     pin(s);
+    pin(o);
 
     // Online softmax, as the mma.sync kernel (MT = 1, NBC = 4): s[4j + 2r + c] is row g + 8r,
     // key 8j + 2t + c of the stage.
@@ -314,7 +319,13 @@ __global__ void __launch_bounds__(WG * 128, MINB) tree_attention_wgmma_kernel(Ke
 #pragma unroll
     for (int b = 0; b < NB; ++b) mma_pv(o, pf[b], v_desc + slot * stage + b * (B * 64 * 2 >> 4));
     commit();
-    wait_all();
+    if constexpr (!DEFER) {
+      wait_all();
+      pin(o);
+    }
+  }
+  if constexpr (DEFER) {
+    if (computes) wait_all();
     pin(o);
   }
   cp_async_wait<0>();
