@@ -499,11 +499,10 @@ constexpr Variant kVariants[] = {
     {"q2b4w4", 2, 4, 2, 4, true, tree_attention_chunk_kernel<2, 4, 4, 2, 4, true>},
     {"q2b4s4", 2, 4, 4, 8, true, tree_attention_chunk_kernel<2, 4, 4, 4, 8, true>},
     // wgmma: wgWsS = W warpgroups (64 rows each) a CTA, further rows on further CTAs; S stages.
+    // (h: each stage as two 32-key half steps, SPLIT in tree_attention_wgmma.cuh).
     {"wg4s4", 1, wg::kNB, 4, 16, true, tree_attention_wgmma_kernel<4, 4, 1, false>, 4},
-    {"wg4s4d", 1, wg::kNB, 4, 16, true, tree_attention_wgmma_kernel<4, 4, 1, true>, 4},
-    {"wg4s5d", 1, wg::kNB, 5, 16, true, tree_attention_wgmma_kernel<4, 5, 1, true>, 4},
-    {"wg2s2", 1, wg::kNB, 2, 8, true, tree_attention_wgmma_kernel<2, 2, 2, false>, 2},
-    {"wg2s3d", 1, wg::kNB, 3, 8, true, tree_attention_wgmma_kernel<2, 3, 2, true>, 2},
+    {"wg4s4h", 1, wg::kNB, 4, 16, true, tree_attention_wgmma_kernel<4, 4, 1, true>, 4},
+    {"wg2s2h", 1, wg::kNB, 2, 8, true, tree_attention_wgmma_kernel<2, 2, 2, true>, 2},
 };
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 

@@ -40,7 +40,6 @@ __device__ __forceinline__ uint64_t desc(const void* smem, uint32_t lbo_bytes, u
 
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
 // Generic-proxy writes (cp.async, zero fills, Q stores) made visible to wgmma's async-proxy reads;
 // each writing thread runs it before the barrier that publishes the tile.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
@@ -51,19 +50,55 @@ __device__ __forceinline__ void pin(float (&d)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// d (64 x 64, f32) = (SCALE_D ? d : 0) + A (64 x 16, smem) * B (16 x 64, smem, K-major).
-template <int SCALE_D>
+// d (64 x 64, f32) = A (64 x 16, smem) * B (16 x 64, smem, K-major): scale-d 0, d only written.
+__device__ __forceinline__ void mma_qk_first(float (&d)[32], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
+      "%24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]), "=f"(d[8]),
+        "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]), "=f"(d[16]),
+        "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]), "=f"(d[24]),
+        "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31])
+      : "l"(da), "l"(db));
+}
+// d (64 x 64, f32) += A (64 x 16, smem) * B (16 x 64, smem, K-major).
 __device__ __forceinline__ void mma_qk(float (&d)[32], uint64_t da, uint64_t db) {
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
-      "%23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
+      "%24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
         "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
         "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
         "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(da), "l"(db), "n"(SCALE_D));
+      : "l"(da), "l"(db));
+}
+
+// The same for 32 keys (m64n32k16): the SPLIT kernel's half steps.
+__device__ __forceinline__ void mma_qk32_first(float (&d)[16], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]), "=f"(d[8]),
+        "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15])
+      : "l"(da), "l"(db));
+}
+__device__ __forceinline__ void mma_qk32(float (&d)[16], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "l"(da), "l"(db));
+}
+template <int N>
+__device__ __forceinline__ void wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 
 // d (64 x 128, f32) += A (64 x 16, registers) * B (16 x 128, smem, N-major: imm-trans-b = 1).
@@ -93,17 +128,104 @@ constexpr size_t smem_bytes(int stages, int cta_rows) {
          size_t(stages) * kNB * (sizeof(uint64_t) + sizeof(int32_t));
 }
 
+// One online-softmax step of a warp over NBS blocks: s holds its 16 rows x NBS * 16 keys as
+// s[4j + 2r + c] = row g + 8r, key 8j + 2t + c (the mma.sync kernel's layout with MT = 1). Masks
+// (block presence, sparse membership, context end, tree ancestors) unless whole, updates the
+// running max and sum, turns s into P and sets alpha, the rescale of O's row halves. Returns
+// whether any lane's max moved (one vote: otherwise O needs no rescale).
+template <int NBS>
+__device__ __forceinline__ bool softmax_step(float (&s)[NBS * 8], const KernelArgs& a, const int* logical,
+                                             const uint64_t* members, bool whole, const int (&row_node)[2], int t,
+                                             float (&m_run)[2], float (&l_run)[2], float (&alpha)[2]) {
+  const int total_len = a.prefix_len + a.nodes;
+  float mx[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    mx[r] = -INFINITY;
+    if (whole) {
+#pragma unroll
+      for (int j = 0; j < 2 * NBS; ++j) mx[r] = fmaxf(mx[r], fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+    } else {
+      const int node = row_node[r];
+#pragma unroll
+      for (int b = 0; b < NBS; ++b) {
+        const bool member = node >= 0 && logical[b] >= 0 && ((a.list_blocks ? (members[b] >> node) & 1ull : 1ull) != 0);
+        const bool tree = member && (logical[b] + 1) * B > a.prefix_len;
+        const uint64_t anc = tree ? a.ancestors[node] : 0ull;
+#pragma unroll
+        for (int jj = 0; jj < 2; ++jj) {
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            float& x = s[4 * (2 * b + jj) + 2 * r + c];
+            const int pos = logical[b] * B + jj * 8 + 2 * t + c;
+            bool visible = member && pos < total_len;
+            if (visible && pos >= a.prefix_len) visible = (anc >> (pos - a.prefix_len)) & 1ull;
+            if (!visible) x = -INFINITY;
+            mx[r] = fmaxf(mx[r], x);
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int x = 1; x <= 2; x *= 2)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], x));
+  bool moved = false;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float m_new = fmaxf(m_run[r], mx[r]);
+    // A row with nothing visible yet keeps max -inf: offset 0, so its -inf scores give p = 0.
+    const float offset = m_new == -INFINITY ? 0.f : m_new * a.scale_log2;
+    alpha[r] = m_new == m_run[r] ? 1.f : ex2(fmaf(m_run[r], a.scale_log2, -offset));
+    moved = moved || m_new != m_run[r];
+    m_run[r] = m_new;
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < 2 * NBS; ++j) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        float& x = s[4 * j + 2 * r + c];
+        x = ex2(fmaf(x, a.scale_log2, -offset));
+        sum += x;
+      }
+    }
+    l_run[r] = fmaf(l_run[r], alpha[r], sum);
+  }
+  return __any_sync(0xffffffffu, moved);
+}
+
+__device__ __forceinline__ void rescale(float (&o)[64], const float (&alpha)[2]) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    o[4 * i + 0] *= alpha[0];
+    o[4 * i + 1] *= alpha[0];
+    o[4 * i + 2] *= alpha[1];
+    o[4 * i + 3] *= alpha[1];
+  }
+}
+
+// Block b of a step's P (rows g/g+8, keys 2t.. and 2t+8.. of the block) as the k16 A fragment.
+template <int NBS>
+__device__ __forceinline__ void pack_p(uint32_t (&pf)[4], const float (&s)[NBS * 8], int b) {
+  pf[0] = pack_bf16(s[8 * b + 0], s[8 * b + 1]);
+  pf[1] = pack_bf16(s[8 * b + 2], s[8 * b + 3]);
+  pf[2] = pack_bf16(s[8 * b + 4], s[8 * b + 5]);
+  pf[3] = pack_bf16(s[8 * b + 6], s[8 * b + 7]);
+}
+
 }  // namespace wg
 
-// WG: warpgroups a CTA (64 rows each); STAGES: 4-block stages in the ring; MINB: CTAs an SM for
-// the register cap (__launch_bounds__). DEFER: a stage's P V is left running into the next stage's
-// barrier and Q K^T (waited there), so the ring refills the slot read two stages back: STAGES - 2
-// stages in flight instead of STAGES - 1.
-template <int WG, int STAGES, int MINB, bool DEFER>
+// WG: warpgroups a CTA (64 rows each); STAGES: 4-block stages in the ring (STAGES - 1 in flight);
+// MINB: CTAs an SM for the register cap (__launch_bounds__). SPLIT: each stage as two 32-key half
+// steps, Q K^T of both issued at once, so the second half's Q K^T runs under the first half's
+// softmax and the first half's P V under the second half's (FlashAttention-3's intra-warpgroup
+// overlap without a second S buffer: the halves share the 32 S registers a thread).
+template <int WG, int STAGES, int MINB, bool SPLIT>
 __global__ void __launch_bounds__(WG * 128, MINB) tree_attention_wgmma_kernel(KernelArgs a) {
   using namespace wg;
   constexpr int NB = kNB;
-  constexpr int LEAD = DEFER ? STAGES - 2 : STAGES - 1;  // stages loaded ahead of the one computed
+  constexpr int LEAD = STAGES - 1;  // stages loaded ahead of the one computed
   static_assert(LEAD >= 1, "at least one stage in flight");
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   // The swizzle pattern repeats every 1024 B and the descriptors carry no base offset: align.
@@ -143,14 +265,30 @@ __global__ void __launch_bounds__(WG * 128, MINB) tree_attention_wgmma_kernel(Ke
     __nv_bfloat16* kd = ks + slot * kStageElems;
     __nv_bfloat16* vd = vs + slot * kStageElems;
     const size_t head_off = (size_t(next_phys) * a.kv_heads + kvh) * B * D;
-    for (int p = my_t; p < kPieces; p += team) {
-      const int which = p / (kPieces / 2), key = (p % (kPieces / 2)) / (D / 8), col = p % (D / 8) * 8;
-      __nv_bfloat16* dst = (which ? vd : kd) + swz(kKeys, my_blk * B + key, col);
-      if (next_logical >= 0) {
-        cp_async16(dst, (which ? a.v : a.k) + head_off + key * D + col);
-      } else {
-        // Absent block (partial last stage): zeros, masked to -inf scores and P = 0 below.
-        *reinterpret_cast<uint4*>(dst) = make_uint4(0u, 0u, 0u, 0u);
+    static_assert(kPieces == 4 * 128, "the fast path below is 4 pieces a thread at a team of 128");
+    if (WG == 4 && team == 128) {
+      // All 4 warpgroups launched: 4 pieces a thread at fixed offsets -- keys my_t / 16 and + 8
+      // (same row & 7, so the same swizzled chunk, 8 rows on) of K, then of V.
+      const int key = my_t >> 4, col = (my_t & 15) * 8;
+      const int d0 = swz(kKeys, my_blk * B + key, col), s0 = key * D + col;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        __nv_bfloat16* dst = (i < 2 ? kd : vd) + d0 + (i & 1) * 8 * 64;
+        if (next_logical >= 0)
+          cp_async16(dst, (i < 2 ? a.k : a.v) + head_off + s0 + (i & 1) * 8 * D);
+        else  // absent block (partial last stage), as below
+          *reinterpret_cast<uint4*>(dst) = make_uint4(0u, 0u, 0u, 0u);
+      }
+    } else {
+      for (int p = my_t; p < kPieces; p += team) {
+        const int which = p / (kPieces / 2), key = (p % (kPieces / 2)) / (D / 8), col = p % (D / 8) * 8;
+        __nv_bfloat16* dst = (which ? vd : kd) + swz(kKeys, my_blk * B + key, col);
+        if (next_logical >= 0) {
+          cp_async16(dst, (which ? a.v : a.k) + head_off + key * D + col);
+        } else {
+          // Absent block (partial last stage): zeros, masked to -inf scores and P = 0 below.
+          *reinterpret_cast<uint4*>(dst) = make_uint4(0u, 0u, 0u, 0u);
+        }
       }
     }
     if (my_t == 0) {
@@ -168,10 +306,10 @@ __global__ void __launch_bounds__(WG * 128, MINB) tree_attention_wgmma_kernel(Ke
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wgi = warp / 4;
   const int g = lane / 4, t = lane % 4;
-  const int row0 = cta_row0 + warp * 16;               // this warp's 16 rows
-  const bool computes = cta_row0 + wgi * 64 < a.rows;  // warpgroup-uniform: wgmma is collective
+  // Every warpgroup computes, also one wholly past a.rows (a row-split CTA's last, Q all zeros):
+  // a branch around the wgmma would be divergent to ptxas, which then serializes them (C7518).
+  const int row0 = cta_row0 + warp * 16;  // this warp's 16 rows
   const int node0 = group * a.group_size;
-  const int total_len = a.prefix_len + a.nodes;
 
   // The CTA's Q rows (zeros for padding), swizzled; published by the main loop's first barrier.
   for (int i = threadIdx.x; i < a.cta_rows * (D / 8); i += blockDim.x) {
@@ -207,7 +345,6 @@ __global__ void __launch_bounds__(WG * 128, MINB) tree_attention_wgmma_kernel(Ke
     if (st + LEAD < n_stages) issue((st + LEAD) % STAGES);
     cp_async_commit();
     fetch(st + LEAD + 1);
-    if (!computes) continue;
 
     const int slot = st % STAGES;
     int logical[NB];
@@ -217,120 +354,83 @@ __global__ void __launch_bounds__(WG * 128, MINB) tree_attention_wgmma_kernel(Ke
 #pragma unroll
     for (int b = 0; b < NB; ++b) whole = whole && logical[b] >= 0 && (logical[b] + 1) * B <= a.prefix_len;
 
-    // S = Q K^T (unscaled), 64 rows x 64 keys a warpgroup: 8 k steps of 16 dims.
-    float s[32];
-#pragma unroll
-    for (int i = 0; i < 32; ++i) s[i] = 0.f;  // overwritten (scale-d 0); keeps the asm inputs defined
-    pin(s);
-    fence();
-#pragma unroll
-    for (int kk = 0; kk < 8; ++kk) {
-      const uint32_t off = (kk & 3) * 2;  // 32 B (>> 4) a k step inside the 128-byte row
-      const uint64_t qa = q_desc + (kk >> 2) * q_half + off;
-      const uint64_t kb = k_desc + slot * stage + (kk >> 2) * kv_half + off;
-      if (kk == 0)
-        mma_qk<0>(s, qa, kb);
-      else
-        mma_qk<1>(s, qa, kb);
-    }
-    commit();
-    wait_all();  // DEFER: the previous stage's P V too
-    pin(s);
-    pin(o);
-
-    // Online softmax, as the mma.sync kernel (MT = 1, NBC = 4): s[4j + 2r + c] is row g + 8r,
-    // key 8j + 2t + c of the stage.
-    float mx[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      mx[r] = -INFINITY;
-      if (whole) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) mx[r] = fmaxf(mx[r], fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
-      } else {
-        const int node = row_node[r];
-#pragma unroll
-        for (int b = 0; b < NB; ++b) {
-          const bool member = node >= 0 && logical[b] >= 0 &&
-                              ((a.list_blocks ? (meta_members[slot * NB + b] >> node) & 1ull : 1ull) != 0);
-          const bool tree = member && (logical[b] + 1) * B > a.prefix_len;
-          const uint64_t anc = tree ? a.ancestors[node] : 0ull;
-#pragma unroll
-          for (int jj = 0; jj < 2; ++jj) {
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-              float& x = s[4 * (2 * b + jj) + 2 * r + c];
-              const int pos = logical[b] * B + jj * 8 + 2 * t + c;
-              bool visible = member && pos < total_len;
-              if (visible && pos >= a.prefix_len) visible = (anc >> (pos - a.prefix_len)) & 1ull;
-              if (!visible) x = -INFINITY;
-              mx[r] = fmaxf(mx[r], x);
-            }
-          }
-        }
-      }
-    }
-#pragma unroll
-    for (int x = 1; x <= 2; x *= 2)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], x));
-    bool moved = false;
+    const uint64_t* members = meta_members + slot * NB;
+    const uint64_t k_st = k_desc + slot * stage, v_st = v_desc + slot * stage;
+    constexpr uint32_t v_block = B * 64 * 2 >> 4;  // 16 keys of V
     float alpha[2];
+    if constexpr (!SPLIT) {
+      // S = Q K^T (unscaled), 64 rows x 64 keys a warpgroup: 8 k steps of 16 dims.
+      float s[32];
+      fence();
+      mma_qk_first(s, q_desc, k_st);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float m_new = fmaxf(m_run[r], mx[r]);
-      const float offset = m_new == -INFINITY ? 0.f : m_new * a.scale_log2;
-      alpha[r] = m_new == m_run[r] ? 1.f : ex2(fmaf(m_run[r], a.scale_log2, -offset));
-      moved = moved || m_new != m_run[r];
-      m_run[r] = m_new;
-      float sum = 0.f;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          float& x = s[4 * j + 2 * r + c];
-          x = ex2(fmaf(x, a.scale_log2, -offset));
-          sum += x;
-        }
+      for (int kk = 1; kk < 8; ++kk) {
+        const uint32_t off = (kk & 3) * 2;  // 32 B (>> 4) a k step inside the 128-byte row
+        mma_qk(s, q_desc + (kk >> 2) * q_half + off, k_st + (kk >> 2) * kv_half + off);
       }
-      l_run[r] = fmaf(l_run[r], alpha[r], sum);
-    }
-    if (__any_sync(0xffffffffu, moved)) {
+      commit();
+      wait<0>();
+      pin(s);
+      if (softmax_step<NB>(s, a, logical, members, whole, row_node, t, m_run, l_run, alpha)) rescale(o, alpha);
+      uint32_t pf[NB][4];
 #pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        o[4 * i + 0] *= alpha[0];
-        o[4 * i + 1] *= alpha[0];
-        o[4 * i + 2] *= alpha[1];
-        o[4 * i + 3] *= alpha[1];
+      for (int b = 0; b < NB; ++b) pack_p<NB>(pf[b], s, b);
+      pin(o);
+      fence();
+#pragma unroll
+      for (int b = 0; b < NB; ++b) mma_pv(o, pf[b], v_st + b * v_block);
+      commit();
+      wait<0>();
+      pin(o);
+    } else {
+      // Two half steps of 32 keys (blocks 0-1, 2-3): both Q K^T groups first.
+      constexpr uint32_t k_half_keys = 32 * 128 >> 4;  // 32 keys of a K half tile
+      float sa[16], sb[16];
+      fence();
+      mma_qk32_first(sa, q_desc, k_st);
+#pragma unroll
+      for (int kk = 1; kk < 8; ++kk) {
+        const uint32_t off = (kk & 3) * 2;
+        mma_qk32(sa, q_desc + (kk >> 2) * q_half + off, k_st + (kk >> 2) * kv_half + off);
       }
-    }
-
-    // O += P V: block b's 16 keys as the k16 A fragment (rows g/g+8, keys 2t.. and 2t+8..).
-    uint32_t pf[NB][4];
+      commit();
+      mma_qk32_first(sb, q_desc, k_st + k_half_keys);
 #pragma unroll
-    for (int b = 0; b < NB; ++b) {
-      pf[b][0] = pack_bf16(s[8 * b + 0], s[8 * b + 1]);
-      pf[b][1] = pack_bf16(s[8 * b + 2], s[8 * b + 3]);
-      pf[b][2] = pack_bf16(s[8 * b + 4], s[8 * b + 5]);
-      pf[b][3] = pack_bf16(s[8 * b + 6], s[8 * b + 7]);
-    }
-    pin(o);
-    fence();
-#pragma unroll
-    for (int b = 0; b < NB; ++b) mma_pv(o, pf[b], v_desc + slot * stage + b * (B * 64 * 2 >> 4));
-    commit();
-    if constexpr (!DEFER) {
-      wait_all();
+      for (int kk = 1; kk < 8; ++kk) {
+        const uint32_t off = (kk & 3) * 2;
+        mma_qk32(sb, q_desc + (kk >> 2) * q_half + off, k_st + k_half_keys + (kk >> 2) * kv_half + off);
+      }
+      commit();
+      wait<1>();  // first half's scores
+      pin(sa);
+      if (softmax_step<2>(sa, a, logical, members, whole, row_node, t, m_run, l_run, alpha)) rescale(o, alpha);
+      uint32_t pa[2][4];
+      pack_p<2>(pa[0], sa, 0);
+      pack_p<2>(pa[1], sa, 1);
+      pin(o);
+      fence();
+      mma_pv(o, pa[0], v_st);
+      mma_pv(o, pa[1], v_st + v_block);
+      commit();
+      wait<1>();  // second half's scores; the first half's P V may still run
+      pin(sb);
+      const bool moved = softmax_step<2>(sb, a, logical + 2, members + 2, whole, row_node, t, m_run, l_run, alpha);
+      uint32_t pb[2][4];
+      pack_p<2>(pb[0], sb, 0);
+      pack_p<2>(pb[1], sb, 1);
+      wait<0>();  // O is the first half's P V accumulator: settled before the rescale
+      pin(o);
+      if (moved) rescale(o, alpha);
+      fence();
+      mma_pv(o, pb[0], v_st + 2 * v_block);
+      mma_pv(o, pb[1], v_st + 3 * v_block);
+      commit();
+      wait<0>();
       pin(o);
     }
   }
-  if constexpr (DEFER) {
-    if (computes) wait_all();
-    pin(o);
-  }
   cp_async_wait<0>();
   pdl_trigger();
-  if (!computes) return;
 
   const size_t part_row0 = ((size_t(group) * a.kv_heads + kvh) * a.chunks + chunk) * a.rows_pad;
 #pragma unroll
