@@ -499,10 +499,7 @@ constexpr Variant kVariants[] = {
     {"q2b4w4", 2, 4, 2, 4, true, tree_attention_chunk_kernel<2, 4, 4, 2, 4, true>},
     {"q2b4s4", 2, 4, 4, 8, true, tree_attention_chunk_kernel<2, 4, 4, 4, 8, true>},
     // wgmma: wgWsS = W warpgroups (64 rows each) a CTA, further rows on further CTAs; S stages.
-    // (h: each stage as two 32-key half steps, SPLIT in tree_attention_wgmma.cuh).
-    {"wg4s4", 1, wg::kNB, 4, 16, true, tree_attention_wgmma_kernel<4, 4, 1, false>, 4},
-    {"wg4s4h", 1, wg::kNB, 4, 16, true, tree_attention_wgmma_kernel<4, 4, 1, true>, 4},
-    {"wg2s2h", 1, wg::kNB, 2, 8, true, tree_attention_wgmma_kernel<2, 2, 2, true>, 2},
+    {"wg4s4", 1, wg::kNB, 4, 16, true, tree_attention_wgmma_kernel<4, 4, 1>, 4},
 };
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
@@ -517,10 +514,10 @@ size_t variant_smem(const Variant& v, int cta_rows) {
   return (stages + 15) / 16 * 16 + (v.qs ? size_t(cta_rows) * kRowPad * sizeof(__nv_bfloat16) : 0);
 }
 
-// Variant choice by query rows a (group, kv head): <= 64 rows (16 nodes at GQA 4), <= 128, more.
-// SPECULA_TREE_ATTN=<a>,<b>,<c> overrides them (A/B timing on the device).
+// Variant choice by query rows a (group, kv head): <= 64 rows (16 nodes at GQA 4), <= 128, more
+// (wgmma on Hopper). SPECULA_TREE_ATTN=<a>,<b>,<c> overrides them (A/B timing on the device).
 struct Choice {
-  int tier[3] = {0, 1, 2};
+  int tier[3] = {0, 1, 3};  // m1b4, q2b4w4, wg4s4
 };
 Choice variant_choice() {
   static const Choice choice = [] {

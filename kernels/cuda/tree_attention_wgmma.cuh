@@ -77,25 +77,6 @@ __device__ __forceinline__ void mma_qk(float (&d)[32], uint64_t da, uint64_t db)
       : "l"(da), "l"(db));
 }
 
-// The same for 32 keys (m64n32k16): the SPLIT kernel's half steps.
-__device__ __forceinline__ void mma_qk32_first(float (&d)[16], uint64_t da, uint64_t db) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]), "=f"(d[8]),
-        "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15])
-      : "l"(da), "l"(db));
-}
-__device__ __forceinline__ void mma_qk32(float (&d)[16], uint64_t da, uint64_t db) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
-        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-      : "l"(da), "l"(db));
-}
 template <int N>
 __device__ __forceinline__ void wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
@@ -217,11 +198,8 @@ __device__ __forceinline__ void pack_p(uint32_t (&pf)[4], const float (&s)[NBS *
 }  // namespace wg
 
 // WG: warpgroups a CTA (64 rows each); STAGES: 4-block stages in the ring (STAGES - 1 in flight);
-// MINB: CTAs an SM for the register cap (__launch_bounds__). SPLIT: each stage as two 32-key half
-// steps, Q K^T of both issued at once, so the second half's Q K^T runs under the first half's
-// softmax and the first half's P V under the second half's (FlashAttention-3's intra-warpgroup
-// overlap without a second S buffer: the halves share the 32 S registers a thread).
-template <int WG, int STAGES, int MINB, bool SPLIT>
+// MINB: CTAs an SM for the register cap (__launch_bounds__).
+template <int WG, int STAGES, int MINB>
 __global__ void __launch_bounds__(WG * 128, MINB) tree_attention_wgmma_kernel(KernelArgs a) {
   using namespace wg;
   constexpr int NB = kNB;
@@ -358,76 +336,30 @@ __global__ void __launch_bounds__(WG * 128, MINB) tree_attention_wgmma_kernel(Ke
     const uint64_t k_st = k_desc + slot * stage, v_st = v_desc + slot * stage;
     constexpr uint32_t v_block = B * 64 * 2 >> 4;  // 16 keys of V
     float alpha[2];
-    if constexpr (!SPLIT) {
-      // S = Q K^T (unscaled), 64 rows x 64 keys a warpgroup: 8 k steps of 16 dims.
-      float s[32];
-      fence();
-      mma_qk_first(s, q_desc, k_st);
+    // S = Q K^T (unscaled), 64 rows x 64 keys a warpgroup: 8 k steps of 16 dims.
+    float s[32];
+    fence();
+    mma_qk_first(s, q_desc, k_st);
 #pragma unroll
-      for (int kk = 1; kk < 8; ++kk) {
-        const uint32_t off = (kk & 3) * 2;  // 32 B (>> 4) a k step inside the 128-byte row
-        mma_qk(s, q_desc + (kk >> 2) * q_half + off, k_st + (kk >> 2) * kv_half + off);
-      }
-      commit();
-      wait<0>();
-      pin(s);
-      if (softmax_step<NB>(s, a, logical, members, whole, row_node, t, m_run, l_run, alpha)) rescale(o, alpha);
-      uint32_t pf[NB][4];
-#pragma unroll
-      for (int b = 0; b < NB; ++b) pack_p<NB>(pf[b], s, b);
-      pin(o);
-      fence();
-#pragma unroll
-      for (int b = 0; b < NB; ++b) mma_pv(o, pf[b], v_st + b * v_block);
-      commit();
-      wait<0>();
-      pin(o);
-    } else {
-      // Two half steps of 32 keys (blocks 0-1, 2-3): both Q K^T groups first.
-      constexpr uint32_t k_half_keys = 32 * 128 >> 4;  // 32 keys of a K half tile
-      float sa[16], sb[16];
-      fence();
-      mma_qk32_first(sa, q_desc, k_st);
-#pragma unroll
-      for (int kk = 1; kk < 8; ++kk) {
-        const uint32_t off = (kk & 3) * 2;
-        mma_qk32(sa, q_desc + (kk >> 2) * q_half + off, k_st + (kk >> 2) * kv_half + off);
-      }
-      commit();
-      mma_qk32_first(sb, q_desc, k_st + k_half_keys);
-#pragma unroll
-      for (int kk = 1; kk < 8; ++kk) {
-        const uint32_t off = (kk & 3) * 2;
-        mma_qk32(sb, q_desc + (kk >> 2) * q_half + off, k_st + k_half_keys + (kk >> 2) * kv_half + off);
-      }
-      commit();
-      wait<1>();  // first half's scores
-      pin(sa);
-      if (softmax_step<2>(sa, a, logical, members, whole, row_node, t, m_run, l_run, alpha)) rescale(o, alpha);
-      uint32_t pa[2][4];
-      pack_p<2>(pa[0], sa, 0);
-      pack_p<2>(pa[1], sa, 1);
-      pin(o);
-      fence();
-      mma_pv(o, pa[0], v_st);
-      mma_pv(o, pa[1], v_st + v_block);
-      commit();
-      wait<1>();  // second half's scores; the first half's P V may still run
-      pin(sb);
-      const bool moved = softmax_step<2>(sb, a, logical + 2, members + 2, whole, row_node, t, m_run, l_run, alpha);
-      uint32_t pb[2][4];
-      pack_p<2>(pb[0], sb, 0);
-      pack_p<2>(pb[1], sb, 1);
-      wait<0>();  // O is the first half's P V accumulator: settled before the rescale
-      pin(o);
-      if (moved) rescale(o, alpha);
-      fence();
-      mma_pv(o, pb[0], v_st + 2 * v_block);
-      mma_pv(o, pb[1], v_st + 3 * v_block);
-      commit();
-      wait<0>();
-      pin(o);
+    for (int kk = 1; kk < 8; ++kk) {
+      const uint32_t off = (kk & 3) * 2;  // 32 B (>> 4) a k step inside the 128-byte row
+      mma_qk(s, q_desc + (kk >> 2) * q_half + off, k_st + (kk >> 2) * kv_half + off);
     }
+    commit();
+    wait<0>();
+    pin(s);
+    if (softmax_step<NB>(s, a, logical, members, whole, row_node, t, m_run, l_run, alpha)) rescale(o, alpha);
+    // O += P V, one k16 step a block.
+    uint32_t pf[NB][4];
+#pragma unroll
+    for (int b = 0; b < NB; ++b) pack_p<NB>(pf[b], s, b);
+    pin(o);
+    fence();
+#pragma unroll
+    for (int b = 0; b < NB; ++b) mma_pv(o, pf[b], v_st + b * v_block);
+    commit();
+    wait<0>();
+    pin(o);
   }
   cp_async_wait<0>();
   pdl_trigger();
