@@ -93,6 +93,9 @@ def main():
     ap.add_argument("--nodes", default="8,16,32,64")
     ap.add_argument("--iterations", type=int, default=20)
     ap.add_argument("--bench-json", default="/tmp/bench_attention.json")
+    ap.add_argument("--base-bench", default="", help="an older bench_attention run in the same call (before/after)")
+    ap.add_argument("--base-commit", default="base")
+    ap.add_argument("--dense-only", action="store_true", help="pass --dense-only to bench_attention (no sparse rows)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("attention_vs_sdpa: skipped: no GPU", file=sys.stderr)
@@ -100,12 +103,21 @@ def main():
     ctxs = [int(x) for x in args.contexts.split(",")]
     nodes = [int(x) for x in args.nodes.split(",")]
     cmd = [args.bench, "--commit", args.commit, "--out", args.bench_json, "--iterations", str(args.iterations),
-           "--contexts", *map(str, ctxs), "--nodes", *map(str, nodes)]
+           "--contexts", *map(str, ctxs), "--nodes", *map(str, nodes)] + (["--dense-only"] if args.dense_only else [])
     t0 = time.time()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     print(f"bench_attention done in {time.time() - t0:.1f} s", file=sys.stderr)
     with open(args.bench_json) as f:
         ours = json.load(f)
+    base = None
+    if args.base_bench:
+        base_json = args.bench_json + ".base.json"
+        base_cmd = [args.base_bench, "--commit", args.base_commit, "--out", base_json, "--iterations",
+                    str(args.iterations), "--contexts", *map(str, ctxs), "--nodes", *map(str, nodes)]
+        base_cmd += ["--dense-only"] if args.dense_only else []
+        subprocess.run(base_cmd, check=True, stdout=subprocess.DEVNULL)
+        with open(base_json) as f:
+            base = json.load(f)
     gemm = gemm_tflops()
     compare = []
     for ctx in ctxs:
@@ -115,9 +127,15 @@ def main():
             row = {"context": ctx, "nodes": n, "ours_dense_ms": dense["ms"], "ours_fraction_of_copy": dense["fraction_of_copy"], **s}
             for k in ("flash_nomask", "efficient_treemask"):
                 row["speedup_vs_" + k] = (s[k] / dense["ms"]) if s.get(k) else None
+            if base:
+                old = next(r for r in base["rows"] if r["kernel"] == "dense" and r["context"] == ctx and r["nodes"] == n)
+                row["base_dense_ms"] = old["ms"]
+                row["speedup_vs_base"] = old["ms"] / dense["ms"]
+                row["base_speedup_vs_flash_nomask"] = (s["flash_nomask"] / old["ms"]) if s.get("flash_nomask") else None
             compare.append(row)
             print(f"ctx={ctx:6d} nodes={n:2d} ours {dense['ms']:.4f} ms ({100*dense['fraction_of_copy']:.0f}% copy)  "
-                  f"flash {s.get('flash_nomask')}  eff+mask {s.get('efficient_treemask')}", file=sys.stderr)
+                  f"base {row.get('base_dense_ms')}  flash {s.get('flash_nomask')}  eff+mask {s.get('efficient_treemask')}",
+                  file=sys.stderr)
     driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                             capture_output=True, text=True).stdout.strip()
     result = {
@@ -133,6 +151,8 @@ def main():
                      "(it takes no GQA), one copy; flash uses enable_gqa; K/V contiguous [1, Hk, ctx+nodes, 128] bf16, copies rotated past L2",
         "compare": compare,
         "bench_attention": ours,
+        "base_commit": args.base_commit if base else None,
+        "bench_attention_base": base,
     }
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:

@@ -500,25 +500,36 @@ struct Variant {
   int mt, nb, stages, max_warps;
   bool qs;
   void (*kernel)(KernelArgs);
+  int warpgroups = 0;  // > 0: the wgmma kernel (tree_attention_wgmma.cuh), 64 rows a warpgroup
 };
+
+// The wgmma kernel: a fragment of this file's anonymous namespace (it uses KernelArgs and the helpers above).
+#include "kernels/cuda/tree_attention_wgmma.cuh"  // NOLINT(build/include)
+
 constexpr Variant kVariants[] = {
     {"m1b4", 1, 4, 3, 8, false, tree_attention_chunk_kernel<1, 4, 4, 3, 8, false>},
     {"q2b4w4", 2, 4, 2, 4, true, tree_attention_chunk_kernel<2, 4, 4, 2, 4, true>},
     {"q2b4s4", 2, 4, 4, 8, true, tree_attention_chunk_kernel<2, 4, 4, 4, 8, true>},
+    // wgmma: wgWsS = W warpgroups (64 rows each) a CTA, further rows on further CTAs; S stages.
+    {"wg4s4", 1, wg::kNB, 4, 16, true, tree_attention_wgmma_kernel<4, 4, 1>, 4},
 };
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
+// Query rows a CTA's row tile: what rows_pad rounds to (a wgmma warpgroup takes 64).
+int variant_tile_rows(const Variant& v) { return v.warpgroups ? 64 : 16 * v.mt; }
+
 // The chunk kernel's shared memory: K/V stages, their metadata, then (QS) the CTA's Q rows.
 size_t variant_smem(const Variant& v, int cta_rows) {
+  if (v.warpgroups) return wg::smem_bytes(v.stages, (cta_rows + 63) / 64 * 64);
   const size_t stages =
       size_t(v.stages) * v.nb * (2 * kTile * sizeof(__nv_bfloat16) + sizeof(uint64_t) + sizeof(int32_t));
   return (stages + 15) / 16 * 16 + (v.qs ? size_t(cta_rows) * kRowPad * sizeof(__nv_bfloat16) : 0);
 }
 
-// Variant choice by query rows a (group, kv head): <= 64 rows (16 nodes at GQA 4), <= 128, more.
-// SPECULA_TREE_ATTN=<a>,<b>,<c> overrides them (A/B timing on the device).
+// Variant choice by query rows a (group, kv head): <= 64 rows (16 nodes at GQA 4), <= 128, more
+// (wgmma on Hopper). SPECULA_TREE_ATTN=<a>,<b>,<c> overrides them (A/B timing on the device).
 struct Choice {
-  int tier[3] = {0, 1, 2};
+  int tier[3] = {0, 1, 3};  // m1b4, q2b4w4, wg4s4
 };
 Choice variant_choice() {
   static const Choice choice = [] {
@@ -587,14 +598,14 @@ Plan make_plan(const TreeQueries& tq, int kv_heads, int groups, int group_size, 
   const Choice choice = variant_choice();
   p.variant = choice.tier[p.rows <= 64 ? 0 : p.rows <= 128 ? 1 : 2];
   const Variant& v = kVariants[p.variant];
-  const int tile_rows = 16 * v.mt;
+  const int tile_rows = variant_tile_rows(v);
   p.rows_pad = (p.rows + tile_rows - 1) / tile_rows * tile_rows;
   // Rows past what one CTA's warps hold go to further CTAs over the same KV chunk (their second
   // read of it mostly hits L2: they run in the same wave).
-  const int most_rows = tile_rows * v.max_warps;
+  const int most_rows = v.warpgroups ? 64 * v.warpgroups : tile_rows * v.max_warps;
   p.row_splits = (p.rows_pad + most_rows - 1) / most_rows;
   p.cta_rows = std::min(p.rows_pad, most_rows);
-  p.warps = std::max(4, p.cta_rows / tile_rows);
+  p.warps = v.warpgroups ? p.cta_rows / 16 : std::max(4, p.cta_rows / tile_rows);
   p.threads = p.warps * 32;
   p.smem = variant_smem(v, p.cta_rows);
   // One full wave of CTAs (at most 4 per SM: more only adds partials to merge; rounded down to a
