@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <vector>
 
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/simd.h"
@@ -59,96 +60,80 @@ void span_scores(const float* q, const float* keys, int64_t n, float scale, floa
   }
 }
 
-// In place: r[i] lane j ← r[j] lane i (a 16×16 float transpose, 64 shuffles).
-inline void transpose16x16(__m512 r[16]) {
-  __m512 t[16];
-  for (int i = 0; i < 8; ++i) {  // lane L of t[2i]: r[2i][4L], r[2i+1][4L], r[2i][4L+1], r[2i+1][4L+1]
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {  // lane L of r[4i+e]: element 4L+e of rows 4i..4i+3
-    const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 2]);
-    const __m512d c = _mm512_castps_pd(t[4 * i + 1]), d = _mm512_castps_pd(t[4 * i + 3]);
-    r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
-    r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
-    r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
-    r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
-  }
-  for (int e = 0; e < 4; ++e) {  // column 4L+e: lane L of r[e], r[4+e], r[8+e], r[12+e]
-    const __m512 a = _mm512_shuffle_f32x4(r[e], r[4 + e], 0x88), b = _mm512_shuffle_f32x4(r[e], r[4 + e], 0xDD);
-    const __m512 c = _mm512_shuffle_f32x4(r[8 + e], r[12 + e], 0x88);
-    const __m512 d = _mm512_shuffle_f32x4(r[8 + e], r[12 + e], 0xDD);
-    t[e] = _mm512_shuffle_f32x4(a, c, 0x88);
-    t[8 + e] = _mm512_shuffle_f32x4(a, c, 0xDD);
-    t[4 + e] = _mm512_shuffle_f32x4(b, d, 0x88);
-    t[12 + e] = _mm512_shuffle_f32x4(b, d, 0xDD);
-  }
-  for (int i = 0; i < 16; ++i) r[i] = t[i];
-}
-
-// A tile of up to 16 keys, transposed: kt[d] holds dimension d of the 16 keys (zeros past m).
+// A tile of up to 16 keys (zeros past m), half transposed: kt[16c + 4i + e] holds, in 128-bit
+// lane L and position k, dimension 16c + 4L + e of key 4i + k. Two of a 16×16 transpose's four
+// shuffle stages (32 shuffles a chunk); tile_scores folds the other two into its sums.
 template <int NC>
 void pack_key_tile(const float* keys, int64_t m, __m512* kt) {
   for (int c = 0; c < NC; ++c) {
-    __m512 r[16];
+    __m512 r[16], t[16];
     for (int j = 0; j < 16; ++j) r[j] = j < m ? _mm512_loadu_ps(keys + j * 16 * NC + 16 * c) : _mm512_setzero_ps();
-    transpose16x16(r);
-    for (int l = 0; l < 16; ++l) kt[16 * c + l] = r[l];
+    for (int i = 0; i < 8; ++i) {  // lane L of t[2i]: r[2i][4L], r[2i+1][4L], r[2i][4L+1], r[2i+1][4L+1]
+      t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+      t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; ++i) {
+      const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 2]);
+      const __m512d x = _mm512_castps_pd(t[4 * i + 1]), y = _mm512_castps_pd(t[4 * i + 3]);
+      kt[16 * c + 4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+      kt[16 * c + 4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+      kt[16 * c + 4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(x, y));
+      kt[16 * c + 4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(x, y));
+    }
   }
 }
 
-// Scores of R queries (rows q + r·16·NC) against one packed tile, keys in lanes: for each lane
-// index l of span_scores, P_l = the same chain over the NC chunks, then the same fold tree, so
-// every score equals span_scores' bit for bit while each key load serves R queries and no
-// shuffles are needed.
-template <int NC, int R>
-void tile_scores(const float* q, const __m512* kt, int64_t m, float scale, float* scores, int64_t stride) {
-  const auto lane = [&](int r, int l) {  // P_l for query r: 16 keys at once
-    __m512 p = _mm512_setzero_ps();
-    for (int c = 0; c < NC; ++c) p = _mm512_fmadd_ps(_mm512_set1_ps(q[r * 16 * NC + 16 * c + l]), kt[16 * c + l], p);
-    return p;
-  };
-  const auto quarter = [&](int r, int L) {  // s_L = (P_4L + P_4L+2) + (P_4L+1 + P_4L+3)
-    const __m512 a = _mm512_add_ps(lane(r, 4 * L), lane(r, 4 * L + 2));
-    return _mm512_add_ps(a, _mm512_add_ps(lane(r, 4 * L + 1), lane(r, 4 * L + 3)));
-  };
-  __m512 half[R][2];  // s_0 + s_1, s_2 + s_3
-  for (int h = 0; h < 2; ++h) {
-    for (int r = 0; r < R; ++r) half[r][h] = _mm512_add_ps(quarter(r, 2 * h), quarter(r, 2 * h + 1));
-  }
-  const auto mask = static_cast<__mmask16>(m >= 16 ? 0xFFFF : (1u << m) - 1);
-  for (int r = 0; r < R; ++r) {
-    const __m512 total = _mm512_add_ps(half[r][0], half[r][1]);
-    _mm512_mask_storeu_ps(scores + r * stride, mask, _mm512_mul_ps(total, _mm512_set1_ps(scale)));
-  }
-}
-
-// Scores of every query over one span: keys packed 16 at a time, queries 4 at a time.
+// A query spread to match packed tiles: qs[4c + e] holds q[16c + 4L + e] in all of 128-bit lane L.
 template <int NC>
-void span_scores_tiled(const float* q, int64_t n_queries, const float* keys, int64_t n, float scale, float* scores,
+void spread_query(const float* q, __m512* qs) {
+  const __m512i lane_base = _mm512_set_epi32(12, 12, 12, 12, 8, 8, 8, 8, 4, 4, 4, 4, 0, 0, 0, 0);
+  for (int c = 0; c < NC; ++c) {
+    const __m512 chunk = _mm512_loadu_ps(q + 16 * c);
+    for (int e = 0; e < 4; ++e) {
+      qs[4 * c + e] = _mm512_permutexvar_ps(_mm512_add_epi32(lane_base, _mm512_set1_epi32(e)), chunk);
+    }
+  }
+}
+
+// Scores of one spread query against one packed tile. For lane index l = 4L + e of span_scores,
+// Y_e = the same fma chain over the NC chunks gives P_l of 4 keys in each 128-bit lane L;
+// (Y_0 + Y_2) + (Y_1 + Y_3) is span_scores' in-lane fold and the two shuffle steps at the end its
+// cross-lane one, so every score equals span_scores' bit for bit, with 6 shuffles a query and tile
+// instead of 30. (Two queries at a time spilled registers and ran slower, on Zen 4 and the Xeon;
+// inlined into the packing loop, GCC 12's code ran 25% slower on Zen 4, hence noinline.)
+template <int NC>
+__attribute__((noinline)) void tile_scores(const __m512* qs, const __m512* kt, int64_t m, float scale, float* scores) {
+  const auto chain = [&](int e, __m512(&y)[4]) {  // y[i] = Y_e for keys 4i..4i+3
+    for (int i = 0; i < 4; ++i) y[i] = _mm512_setzero_ps();
+    for (int c = 0; c < NC; ++c) {
+      for (int i = 0; i < 4; ++i) y[i] = _mm512_fmadd_ps(qs[4 * c + e], kt[16 * c + 4 * i + e], y[i]);
+    }
+  };
+  __m512 a[4], b[4], y[4];
+  chain(0, a);
+  chain(2, y);
+  for (int i = 0; i < 4; ++i) a[i] = _mm512_add_ps(a[i], y[i]);
+  chain(1, b);
+  chain(3, y);
+  __m512 s[4];  // lane L, position k: s_L of key 4i + k
+  for (int i = 0; i < 4; ++i) s[i] = _mm512_add_ps(a[i], _mm512_add_ps(b[i], y[i]));
+  const __m512 w01 = _mm512_add_ps(_mm512_shuffle_f32x4(s[0], s[1], 0x88), _mm512_shuffle_f32x4(s[0], s[1], 0xDD));
+  const __m512 w23 = _mm512_add_ps(_mm512_shuffle_f32x4(s[2], s[3], 0x88), _mm512_shuffle_f32x4(s[2], s[3], 0xDD));
+  const __m512 total = _mm512_add_ps(_mm512_shuffle_f32x4(w01, w23, 0x88), _mm512_shuffle_f32x4(w01, w23, 0xDD));
+  const auto mask = static_cast<__mmask16>(m >= 16 ? 0xFFFF : (1u << m) - 1);
+  _mm512_mask_storeu_ps(scores, mask, _mm512_mul_ps(total, _mm512_set1_ps(scale)));
+}
+
+// Scores of every (spread) query over one span: keys packed 16 at a time, each tile then read by
+// every query from L1.
+template <int NC>
+void span_scores_tiled(const __m512* qs, int64_t n_queries, const float* keys, int64_t n, float scale, float* scores,
                        int64_t total) {
   alignas(64) __m512 kt[16 * NC];
   for (int64_t j0 = 0; j0 < n; j0 += 16) {
     const int64_t m = std::min<int64_t>(16, n - j0);
     pack_key_tile<NC>(keys + j0 * 16 * NC, m, kt);
-    int64_t g = 0;
-    for (; g + 4 <= n_queries; g += 4)
-      tile_scores<NC, 4>(q + g * 16 * NC, kt, m, scale, scores + g * total + j0, total);
-    const float* qr = q + g * 16 * NC;
-    float* sr = scores + g * total + j0;
-    switch (n_queries - g) {
-      case 3:
-        tile_scores<NC, 3>(qr, kt, m, scale, sr, total);
-        break;
-      case 2:
-        tile_scores<NC, 2>(qr, kt, m, scale, sr, total);
-        break;
-      case 1:
-        tile_scores<NC, 1>(qr, kt, m, scale, sr, total);
-        break;
-      default:
-        break;
-    }
+    for (int64_t g = 0; g < n_queries; ++g) tile_scores<NC>(qs + g * 4 * NC, kt, m, scale, scores + g * total + j0);
   }
 }
 
@@ -221,10 +206,20 @@ void values_all(const float* p, int64_t stride, int64_t n_queries, std::span<con
 template <int NC>
 void attention_group_avx512(const float* q, int64_t n_queries, std::span<const KvSpan> spans, float scale,
                             float* scores, float* out, int64_t total) {
+  // Spread queries, (n_queries, 4·NC) vectors when tiled; floats with room to align to 64 bytes.
+  thread_local std::vector<float> spread_store;
+  __m512* spread = nullptr;
+  const bool tiled = n_queries >= kTiledQueries;
+  if (tiled) {
+    spread_store.resize(static_cast<size_t>(n_queries * 64 * NC + 16));
+    const auto address = reinterpret_cast<uintptr_t>(spread_store.data());
+    spread = reinterpret_cast<__m512*>((address + 63) & ~uintptr_t{63});
+    for (int64_t g = 0; g < n_queries; ++g) spread_query<NC>(q + g * 16 * NC, spread + g * 4 * NC);
+  }
   int64_t j0 = 0;
   for (const auto& span : spans) {
-    if (n_queries >= kTiledQueries) {
-      span_scores_tiled<NC>(q, n_queries, span.keys, span.n, scale, scores + j0, total);
+    if (tiled) {
+      span_scores_tiled<NC>(spread, n_queries, span.keys, span.n, scale, scores + j0, total);
     } else {
       for (int64_t g = 0; g < n_queries; ++g)
         span_scores<NC>(q + g * 16 * NC, span.keys, span.n, scale, scores + g * total + j0);
