@@ -1,8 +1,10 @@
 // Where the time of one more verify row goes on the CPU, kernel by kernel, without a model:
 // random U4 weights tiled as the int8 path tiles them, shaped like a whole SmolLM2-135M forward
 // (30 layers of qkv 960×576, wo 576×576, gate_up 3072×576, down 576×1536, then the 49152×576
-// lm_head) and masked attention of n new rows over `--context` committed keys. One thread, best
-// of --reps. Prints JSON: ms per forward-equivalent for each kernel at each n.
+// lm_head) and masked attention of n new rows over `--context` committed keys, as the engine's
+// tree attention calls it (one call per KV head and layer with the head's 3 query heads × n rows;
+// `attention_per_head_ms`: one call per query head with n rows, as before 2026-11-24's cpuattn).
+// One thread, best of --reps. Prints JSON: ms per forward-equivalent for each kernel at each n.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -67,9 +69,10 @@ int main(int argc, char** argv) {
   std::vector<float> k(static_cast<size_t>(keys * kHd)), v(static_cast<size_t>(keys * kHd));
   for (float& e : k) e = normal(rng);
   for (float& e : v) e = normal(rng);
-  std::vector<float> q(static_cast<size_t>(max_n * kHd)), out(static_cast<size_t>(max_n * kHd));
+  constexpr int64_t kGroup = kHeads / kKvHeads;
+  std::vector<float> q(static_cast<size_t>(kGroup * max_n * kHd)), out(static_cast<size_t>(kGroup * max_n * kHd));
   for (float& e : q) e = normal(rng);
-  std::vector<float> scores(static_cast<size_t>(max_n * keys));
+  std::vector<float> scores(static_cast<size_t>(kGroup * max_n * keys));
   std::vector<uint8_t> mask(static_cast<size_t>(max_n * max_n));
   QuantizedRows xq;
 
@@ -91,14 +94,21 @@ int main(int argc, char** argv) {
       }
     });
     const double head_ms = best_ms(reps, [&] { matmul(head); });
-    // One task of tree attention: a query head's n rows over the committed blocks and the new rows.
+    // One task of tree attention: a KV head's 3 query heads × n rows (token-major) over the
+    // committed blocks and the new rows, each token with its own mask row.
     std::vector<KvSpan> spans;
     for (int64_t b = 0; b * kBlock < context; ++b) {
       spans.push_back(
           {k.data() + b * kBlock * kHd, v.data() + b * kBlock * kHd, std::min(kBlock, context - b * kBlock)});
     }
-    spans.push_back({k.data() + context * kHd, v.data() + context * kHd, n, mask.data(), n});
+    spans.push_back({k.data() + context * kHd, v.data() + context * kHd, n, mask.data(), n, kGroup});
     const double attention_ms = best_ms(reps, [&] {
+      for (int l = 0; l < layers * kKvHeads; ++l) {
+        attention_group(q.data(), kGroup * n, kHd, spans, 0.125f, scores.data(), out.data());
+      }
+    });
+    spans.back().queries_per_mask = 1;
+    const double per_head_ms = best_ms(reps, [&] {
       for (int l = 0; l < layers * kHeads; ++l) {
         attention_group(q.data(), n, kHd, spans, 0.125f, scores.data(), out.data());
       }
@@ -110,9 +120,10 @@ int main(int argc, char** argv) {
                     {"layers_matmul_ms", layer_ms},
                     {"lm_head_ms", head_ms},
                     {"attention_ms", attention_ms},
+                    {"attention_per_head_ms", per_head_ms},
                     {"softmax_ms_in_attention", softmax_ms}});
-    std::fprintf(stderr, "n=%2d layers %.3f  lm_head %.3f  attention %.3f (softmax %.3f) ms\n", n, layer_ms, head_ms,
-                 attention_ms, softmax_ms);
+    std::fprintf(stderr, "n=%2d layers %.3f  lm_head %.3f  attention %.3f (per head %.3f, softmax %.3f) ms\n", n,
+                 layer_ms, head_ms, attention_ms, per_head_ms, softmax_ms);
   }
   const nlohmann::json report = {{"bench", "cpu_row_cost"},
                                  {"date", bench::utc_now()},

@@ -1,15 +1,14 @@
 #include "engine/model/cpu_transformer.h"
 
-#include "engine/model/moe.h"
-#include "engine/model/packed_weights.h"
-#include "engine/model/qkv_extras.h"
-#include "engine/observer/phase_span.h"
-
 #include <algorithm>
 #include <cmath>
 #include <optional>
 #include <string>
 
+#include "engine/model/moe.h"
+#include "engine/model/packed_weights.h"
+#include "engine/model/qkv_extras.h"
+#include "engine/observer/phase_span.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/dequant.h"
@@ -59,17 +58,17 @@ struct CpuTransformer::Impl {
   PackedMatrix output;             // (vocab, dim)
 
   // Scratch, grown to the largest batch seen. T = new tokens.
-  AlignedBuffer<float> x;                  // (T, dim) residual stream
-  AlignedBuffer<float> xn;                 // (T, max(dim, ffn)) normalized / activated input of a matmul
-  AlignedBuffer<float> qkv;                // (T, q_dim + 2 kv_dim)
-  AlignedBuffer<float> att;                // (T, q_dim)
-  AlignedBuffer<float> gu;                 // (T, 2 ffn)
-  AlignedBuffer<float> ffn_act;            // (T, ffn): sparse FFN activations
-  AlignedBuffer<float> rope;               // (T, head_dim)
-  QuantizedRows xq;                        // quantized matmul input
-  std::vector<std::vector<float>> scores;  // per thread: (group, context)
-  std::vector<std::vector<KvSpan>> spans;  // per thread
-  std::vector<AlignedBuffer<float>> tree_q, tree_out;  // per thread: (kTreeChunk, head_dim)
+  AlignedBuffer<float> x;                              // (T, dim) residual stream
+  AlignedBuffer<float> xn;                             // (T, max(dim, ffn)) normalized / activated input of a matmul
+  AlignedBuffer<float> qkv;                            // (T, q_dim + 2 kv_dim)
+  AlignedBuffer<float> att;                            // (T, q_dim)
+  AlignedBuffer<float> gu;                             // (T, 2 ffn)
+  AlignedBuffer<float> ffn_act;                        // (T, ffn): sparse FFN activations
+  AlignedBuffer<float> rope;                           // (T, head_dim)
+  QuantizedRows xq;                                    // quantized matmul input
+  std::vector<std::vector<float>> scores;              // per thread: (group, context)
+  std::vector<std::vector<KvSpan>> spans;              // per thread
+  std::vector<AlignedBuffer<float>> tree_q, tree_out;  // per thread: (kTreeChunk · group, head_dim)
   MoeScratch moe_scratch;
 
   Impl(const Model& m, const CpuTransformerOptions& options)
@@ -128,7 +127,7 @@ struct CpuTransformer::Impl {
     ffn_act.ensure(static_cast<size_t>(T * cfg.ffn_dim));
     rope.ensure(static_cast<size_t>(T * cfg.head_dim));
     const int64_t group = cfg.n_heads / cfg.n_kv_heads;
-    const int64_t queries = std::max(group, kTreeChunk);
+    const int64_t queries = group * kTreeChunk;
     scores.resize(static_cast<size_t>(pool.size()));
     spans.resize(static_cast<size_t>(pool.size()));
     tree_q.resize(static_cast<size_t>(pool.size()));
@@ -136,8 +135,8 @@ struct CpuTransformer::Impl {
     for (auto& s : scores) {
       if (static_cast<int64_t>(s.size()) < queries * context) s.resize(static_cast<size_t>(queries * context));
     }
-    for (auto& b : tree_q) b.ensure(static_cast<size_t>(kTreeChunk * cfg.head_dim));
-    for (auto& b : tree_out) b.ensure(static_cast<size_t>(kTreeChunk * cfg.head_dim));
+    for (auto& b : tree_q) b.ensure(static_cast<size_t>(queries * cfg.head_dim));
+    for (auto& b : tree_out) b.ensure(static_cast<size_t>(queries * cfg.head_dim));
   }
 
   // Per-token elementwise work (RMSNorm, SwiGLU, RoPE, int8 quantization) takes about a
@@ -196,24 +195,26 @@ struct CpuTransformer::Impl {
     });
   }
 
-  // Tokens of one query head that share a pass over the keys in masked (tree) attention.
+  // Tokens of one KV head's query group that share a pass over the keys in masked (tree) attention.
   static constexpr int64_t kTreeChunk = 16;
 
-  // Masked attention for the T new tokens (a verify), dense: a task is one query head and up to
-  // kTreeChunk tokens, which read each committed key and value once together; each token keeps
-  // its own mask row over the new rows. Per token the spans, their order and the arithmetic are
-  // those of attention() below, so the results are the same bit for bit.
+  // Masked attention for the T new tokens (a verify), dense: a task is one KV head with its whole
+  // query group for up to kTreeChunk tokens (group × tokens queries, token-major), which read each
+  // committed key and value once together; each token keeps its own mask row over the new rows.
+  // attention_group's result for a query does not depend on the other queries of its call, and
+  // the spans, their order and the arithmetic are those of attention() below, so the results are
+  // the same bit for bit.
   void tree_attention(int64_t layer, int64_t T, const KvCache& kv, int64_t first_new, const AttentionMask& mask) {
     const int64_t hd = cfg.head_dim, group = cfg.n_heads / cfg.n_kv_heads;
     const int64_t B = kv.block_size(), committed = kv.committed();
     const int64_t qkv_ld = q_dim() + 2 * kv_dim();
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    // Tasks: (query head, chunk of tokens). 9 heads on 2 threads would leave one thread idle for a
-    // whole head's time; splitting the tokens until the tasks divide evenly keeps both busy, and
+    // Tasks: (KV head, chunk of tokens). 3 KV heads on 2 threads would leave one thread idle for
+    // a whole head's time; splitting the tokens until the tasks divide evenly keeps both busy, and
     // costs only repeated reads of keys that stay in cache (a token's arithmetic is unchanged).
     int64_t chunks = (T + kTreeChunk - 1) / kTreeChunk;
     for (int64_t c = chunks; c <= T; ++c) {
-      if ((cfg.n_heads * c) % pool.size() == 0) {
+      if ((cfg.n_kv_heads * c) % pool.size() == 0) {
         chunks = c;
         break;
       }
@@ -222,16 +223,14 @@ struct CpuTransformer::Impl {
     chunks = (T + chunk - 1) / chunk;
     pool.run([&](int index, int n_threads) {
       int64_t begin, end;
-      ThreadPool::split(cfg.n_heads * chunks, 1, index, n_threads, begin, end);
+      ThreadPool::split(cfg.n_kv_heads * chunks, 1, index, n_threads, begin, end);
       auto& my_spans = spans[static_cast<size_t>(index)];
       float* q = tree_q[static_cast<size_t>(index)].data();
       float* out = tree_out[static_cast<size_t>(index)].data();
-      for (int64_t task = begin; task < end; ++task) {  // head-major: a KV head's tasks run back to back
-        const int64_t head = task / chunks, t0 = (task % chunks) * chunk;
-        const int64_t n = std::min(chunk, T - t0), h = head / group;
-        for (int64_t i = 0; i < n; ++i) {
-          std::copy_n(qkv.data() + (t0 + i) * qkv_ld + head * hd, hd, q + i * hd);
-        }
+      for (int64_t task = begin; task < end; ++task) {
+        const int64_t h = task / chunks, t0 = (task % chunks) * chunk;  // KV head, first token
+        const int64_t n = std::min(chunk, T - t0), width = group * hd;
+        for (int64_t i = 0; i < n; ++i) std::copy_n(qkv.data() + (t0 + i) * qkv_ld + h * width, width, q + i * width);
         my_spans.clear();
         for (int64_t b = 0; b * B < committed; ++b) {
           my_spans.push_back({kv.keys(layer, h, b), kv.values(layer, h, b), std::min(B, committed - b * B), nullptr});
@@ -240,11 +239,12 @@ struct CpuTransformer::Impl {
           const int64_t b = r / B, in_block = r % B;
           const int64_t rows = std::min(B - in_block, first_new + T - r);
           my_spans.push_back({kv.keys(layer, h, b) + in_block * hd, kv.values(layer, h, b) + in_block * hd, rows,
-                              mask.row(t0) + (r - first_new), T});
+                              mask.row(t0) + (r - first_new), T, group});
           r += rows;
         }
-        attention_group(q, n, hd, my_spans, scale, scores[static_cast<size_t>(index)].data(), out);
-        for (int64_t i = 0; i < n; ++i) std::copy_n(out + i * hd, hd, att.data() + (t0 + i) * q_dim() + head * hd);
+        attention_group(q, n * group, hd, my_spans, scale, scores[static_cast<size_t>(index)].data(), out);
+        for (int64_t i = 0; i < n; ++i)
+          std::copy_n(out + i * width, width, att.data() + (t0 + i) * q_dim() + h * width);
       }
     });
   }
@@ -332,7 +332,8 @@ struct CpuTransformer::Impl {
   void moe_ffn(int64_t l, int64_t T, const PackedLayer& L, const SparseConfig* sc, const ForwardContext* trace) {
     const int64_t dim = cfg.dim;
     parallel_for(T, 1, kInlineRowsBelow, [&](int64_t begin, int64_t end) {
-      for (int64_t t = begin; t < end; ++t) rmsnorm(x.data() + t * dim, L.ffn_norm.data(), xn.data() + t * dim, dim, cfg.rms_eps);
+      for (int64_t t = begin; t < end; ++t)
+        rmsnorm(x.data() + t * dim, L.ffn_norm.data(), xn.data() + t * dim, dim, cfg.rms_eps);
     });
     MoeSkip skip;
     if (sc && sc->moe && static_cast<size_t>(l) < sc->moe_thresholds.size()) {
@@ -343,15 +344,17 @@ struct CpuTransformer::Impl {
     MoeLayerStats* stats = trace && trace->moe_stats ? &trace->moe_stats->layers.emplace_back() : &local;
     stats->layer = static_cast<int32_t>(l);
     const MoeProjector projector = [&](const PackedMatrix& w, const float* in, int64_t ld_in, int64_t rows, float* out,
-                                       int64_t ld_out) { project(w, in, ld_in, rows, Input::Plain, nullptr, out, ld_out, false); };
+                                       int64_t ld_out) {
+      project(w, in, ld_in, rows, Input::Plain, nullptr, out, ld_out, false);
+    };
     L.moe->forward(xn.data(), T, x.data(), projector, skip.budget > 0 ? &skip : nullptr, moe_scratch, stats);
     if (trace && trace->stats) {
       trace->stats->moe_routed += stats->routed();
       trace->stats->moe_skipped += stats->skipped();
     }
     if (observes(observer, EventKind::kMoeStats)) {
-      observer->on_event(
-          MoeStatsEvent{trace->round, static_cast<int32_t>(l), stats->n_experts, stats->experts_run(), stats->experts_skipped()});
+      observer->on_event(MoeStatsEvent{trace->round, static_cast<int32_t>(l), stats->n_experts, stats->experts_run(),
+                                       stats->experts_skipped()});
     }
   }
 
@@ -413,7 +416,8 @@ struct CpuTransformer::Impl {
 
     for (int64_t l = 0; l < cfg.n_layers; ++l) {
       const PackedLayer& L = layers[static_cast<size_t>(l)];
-      PhaseSpan layer_span(trace ? trace->observer : nullptr, "layer", trace ? trace->round : -1, static_cast<int32_t>(l));
+      PhaseSpan layer_span(trace ? trace->observer : nullptr, "layer", trace ? trace->round : -1,
+                           static_cast<int32_t>(l));
       project(L.qkv, x.data(), dim, T, Input::RmsNorm, L.attn_norm.data(), qkv.data(), qkv_ld, false);
       parallel_for(T, 1, kInlineRowsBelow, [&](int64_t begin, int64_t end) {
         for (int64_t t = begin; t < end; ++t) {
@@ -492,9 +496,9 @@ Status CpuTransformer::forward(std::span<const int32_t> tokens, std::span<const 
                                const AttentionMask* mask, KvCache& kv, std::span<float> logits, LogitRows rows,
                                const ForwardContext* trace) {
   PrefillCache* cache = prefill_cache_;
-  const bool cacheable =
-      cache && kv.size() == 0 && !mask && rows == LogitRows::Last &&
-      (!trace || (!trace->observer && !trace->stats && !trace->moe_stats && (!trace->sparse || trace->sparse->strict())));
+  const bool cacheable = cache && kv.size() == 0 && !mask && rows == LogitRows::Last &&
+                         (!trace || (!trace->observer && !trace->stats && !trace->moe_stats &&
+                                     (!trace->sparse || trace->sparse->strict())));
   if (cacheable && cache->restore(tokens, positions, kv, logits)) return {};
   Status status = impl_->forward(tokens, positions, mask, kv, logits, rows, trace);
   if (status && cacheable) cache->store(tokens, positions, kv, logits);
