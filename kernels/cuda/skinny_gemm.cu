@@ -126,14 +126,16 @@ __global__ void __launch_bounds__(kWarps * 32, TC > 1 ? 2 : 0)
       for (int t0 = 0; t0 < TC; t0 += kXBatch) {
         if (t0 < T) {
           float4 xa[kXBatch], xb[kXBatch];
+          // j < TC - t0: the last batch is short where kXBatch does not divide TC (5 and 6
+          // rows of the SwiGLU warps take 4 + 1 and 4 + 2).
 #pragma unroll
-          for (int j = 0; j < kXBatch; ++j) {
+          for (int j = 0; j < kXBatch && j < TC - t0; ++j) {
             const float4* xr = reinterpret_cast<const float4*>(X + min(t0 + j, T - 1) * ld_x + k8 * 8);
             xa[j] = xr[0];
             xb[j] = xr[1];
           }
 #pragma unroll
-          for (int j = 0; j < kXBatch; ++j) accum(t0 + j, wv, xa[j], xb[j], ga, gb);
+          for (int j = 0; j < kXBatch && j < TC - t0; ++j) accum(t0 + j, wv, xa[j], xb[j], ga, gb);
         }
       }
     }
