@@ -589,6 +589,7 @@ class CudaSession final : public BackendSession {
     // Sparse verification past L_b, or a dense verify on the tree-attention kernels.
     std::optional<SparsePlan> plan;
     if (auto ok = plan_tree_verify(T, mask, first_new, sparse, context, &plan); !ok) return ok;
+    if (min_max_stale_) refresh_min_max();
     provisional_ += T;
 
     cudaStream_t s = b.stream;
@@ -614,6 +615,7 @@ class CudaSession final : public BackendSession {
     if (plan) {
       SPECULA_CUDA_TRY(cudaMemsetAsync(listed_rows_.get(), 0, sizeof(unsigned long long), s), "sparse verify");
     }
+    if (T > 1 && !plan) min_max_stale_ = true;  // enqueue_forward leaves it to the commit
     if (graphed) {
       if (auto ok = launch_graph(T, mask_dev, rows); !ok) return ok;
     } else if (auto ok = enqueue_forward(T, mask_dev, rows, plan ? &*plan : nullptr, ffn_sparse); !ok) {
@@ -709,6 +711,7 @@ class CudaSession final : public BackendSession {
   }
 
   void commit_all() override {
+    if (min_max_stale_) refresh_min_max();
     committed_ += provisional_;
     provisional_ = 0;
   }
@@ -722,6 +725,7 @@ class CudaSession final : public BackendSession {
     const int64_t rows = committed_ + n;
     cuda::kv_update_min_max_layers(layers_.front(), layer_strides_, committed_ / B_, (rows + B_ - 1) / B_, rows,
                                    b_->stream);
+    min_max_stale_ = false;
     committed_ = rows;
     provisional_ = 0;
     // No wait for the GPU: the moves and min/max run before the next forward on the same stream,
@@ -1030,6 +1034,15 @@ class CudaSession final : public BackendSession {
 
   // Enqueues the forward of T new tokens, from the embedding to the logits GEMM, reading the
   // tokens, positions and step scalars that forward() uploaded to b.ids.
+  // Key min/max of the blocks the provisional rows touch, over the rows present, in every layer (one
+  // launch): what a forward of several rows without a plan leaves stale (enqueue_forward).
+  void refresh_min_max() {
+    const int64_t rows = committed_ + provisional_;
+    cuda::kv_update_min_max_layers(layers_.front(), layer_strides_, committed_ / B_, (rows + B_ - 1) / B_, rows,
+                                   b_->stream);
+    min_max_stale_ = false;
+  }
+
   Status enqueue_forward(int64_t T, const uint8_t* mask_dev, LogitRows rows, SparsePlan* plan = nullptr,
                          const SparseConfig* ffn_sparse = nullptr) {
     auto& b = *b_;
@@ -1058,8 +1071,12 @@ class CudaSession final : public BackendSession {
           cuda::rope_append_decode_at(b.qkv.get(), c.n_heads, c.n_kv_heads, c.head_dim, pos_dev, c.rope_theta, adjacent,
                                       kv, qd + kvd, step_dev, s);
         } else {
+          // The new rows' block key min/max only where this forward's sparse selection reads it;
+          // else the commit recomputes it for all layers at once (forward() marks it stale): a
+          // launch a layer less in every verify (5.7 us each at 5 rows on the H100,
+          // bench/results/cuda_verify_profile_smollm2_h100_2026-11-24.json).
           cuda::rope_append_at(b.qkv.get(), ld, T, c.n_heads, c.n_kv_heads, c.head_dim, pos_dev, c.rope_theta, adjacent,
-                               kv, qd + kvd, step_dev, s);
+                               kv, qd + kvd, step_dev, plan != nullptr, s);
         }
         if (plan) {
           if (auto ok = planned_attention(*plan, static_cast<int>(l), kv, T, mask_dev, step_dev); !ok) return ok;
@@ -1201,6 +1218,11 @@ class CudaSession final : public BackendSession {
   int64_t capacity_;
   int64_t n_blocks_ = 0;
   int64_t committed_ = 0, provisional_ = 0;
+  // A forward of several rows without a sparse plan left the key min/max of its blocks for the
+  // commit to recompute: finish() does for commit() and rollback(), refresh_min_max() for
+  // commit_all() and for a forward that comes before any of them (its decode step updates the
+  // min/max incrementally, and sparse selection reads it).
+  bool min_max_stale_ = false;
   DeviceBuffer<bf16_bits> keys_, values_, move_scratch_;
   DeviceBuffer<float> kmin_, kmax_;
   DeviceBuffer<int32_t> table_, move_rows_;

@@ -444,11 +444,11 @@ void rope_append_decode_at(float* qkv, int64_t n_heads, int64_t n_kv_heads, int6
 
 void rope_append_at(float* qkv, int64_t ld, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                     const int32_t* positions, float theta, bool adjacent, const PagedKvLayer& kv, int64_t v_col,
-                    const int32_t* step, cudaStream_t stream) {
+                    const int32_t* step, bool update_min_max, cudaStream_t stream) {
   const auto threads = static_cast<unsigned>((head_dim / 2 + 31) / 32 * 32);
   launch_pdl(rope_append_kernel<false>, dim3(static_cast<unsigned>(n_heads + n_kv_heads), static_cast<unsigned>(T)),
              dim3(threads), 0, stream, qkv, ld, n_heads, head_dim, positions, theta, adjacent, kv, v_col, step);
-  kv_update_min_max_at(kv, T, step, stream);
+  if (update_min_max) kv_update_min_max_at(kv, T, step, stream);
 }
 
 void kv_move_rows(const PagedKvLayer& kv, const int32_t* from, const int32_t* to, int64_t n, bf16_bits* scratch,

@@ -62,9 +62,11 @@ void rope_append_decode_at(float* qkv, int64_t n_heads, int64_t n_kv_heads, int6
                            float theta, bool adjacent, const PagedKvLayer& kv, int64_t v_col, const int32_t* step,
                            cudaStream_t stream);
 // T new tokens: rope_in_place + kv_append_at (one launch) + kv_update_min_max_at. Same results.
+// update_min_max false leaves key_min/key_max untouched (one launch instead of two), for a caller
+// that recomputes them before anything reads them (the CUDA backend's commit).
 void rope_append_at(float* qkv, int64_t ld, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                     const int32_t* positions, float theta, bool adjacent, const PagedKvLayer& kv, int64_t v_col,
-                    const int32_t* step, cudaStream_t stream);
+                    const int32_t* step, bool update_min_max, cudaStream_t stream);
 // Several layers of one cache in one launch: layer l's arrays sit at the first layer's plus
 // l·kv (keys, values) and l·meta (key_min, key_max) elements; the block table is shared.
 struct KvLayerStrides {

@@ -28,11 +28,20 @@ __device__ __forceinline__ float hi_bf16(uint32_t w) { return __uint_as_float(w 
 //            weight rows, gate n and up n (rows n and n + N of W), then y = silu(gate) · up.
 enum class Fuse { kPlain, kNorm, kNormSwiGlu };
 
+// Activation rows a step of more than one row loads before its first product (skinny_kernel's
+// step()): 8, fewer where more accumulators (more rows, or the SwiGLU warps' two weight rows)
+// need the registers.
+__host__ __device__ constexpr int max_x_batch(int rows, Fuse f) {
+  return rows >= 32 ? 2 : f == Fuse::kNormSwiGlu || rows >= 16 ? 4 : 8;
+}
+
 // Rows T ≤ TC of X against one weight row (two for kNormSwiGlu) per warp. Each lane reads 8
 // weights (16 bytes) per step, so a warp reads 512 contiguous bytes of its row; X rows come
-// through L1 (every warp of the block reads the same ones).
+// through L1 (every warp of the block reads the same ones). Past one row, at most 128 registers
+// (two blocks an SM): a gate_up of SmolLM2 is 192 blocks, one wave on the H100's 132 SMs only
+// with two a SM. (0: no minimum, the one-row kernels as they were.)
 template <int TC, Fuse F, int kPrefetch>
-__global__ void __launch_bounds__(kWarps * 32)
+__global__ void __launch_bounds__(kWarps * 32, TC > 1 ? 2 : 0)
     skinny_kernel(const bf16_bits* __restrict__ W, int64_t N, int64_t K, const float* __restrict__ X, int64_t ld_x,
                   int T, float* __restrict__ Y, int64_t ldy, bool accumulate, const float* __restrict__ gamma,
                   float eps) {
@@ -98,13 +107,36 @@ __global__ void __launch_bounds__(kWarps * 32)
                    w[r][6] * b.z + w[r][7] * b.w;
     }
   };
+  // One step of every row: the rows' activations (written by the kernel before: plain loads) are
+  // all loaded before the first product, up to kXBatch rows at a time. Rows t >= T re-read row
+  // T - 1 (an L1 hit) so that no load sits behind a branch: with `if (t < T)` around each row's
+  // load and products, each load waited for the row before, one L2 round trip a row and step (a
+  // 5-row verify's GEMV took 8.65 us against 2.88 at one row,
+  // bench/results/cuda_verify_profile_smollm2_h100_2026-11-24.json). Their sums are never written.
+  constexpr int kXBatch = TC < max_x_batch(TC, F) ? TC : max_x_batch(TC, F);
   auto step = [&](int64_t k8, const uint4(&wv)[kRows], float4 ga, float4 gb) {
-#pragma unroll
-    for (int t = 0; t < TC; ++t) {
-      if (t < T) {
+    if constexpr (TC == 1) {  // the decode step's streaming loop, as it was
+      if (0 < T) {
         // Written by the kernel before: not through the read-only path.
-        const float4* xr = reinterpret_cast<const float4*>(X + t * ld_x + k8 * 8);
-        accum(t, wv, xr[0], xr[1], ga, gb);
+        const float4* xr = reinterpret_cast<const float4*>(X + k8 * 8);
+        accum(0, wv, xr[0], xr[1], ga, gb);
+      }
+    } else {
+#pragma unroll
+      for (int t0 = 0; t0 < TC; t0 += kXBatch) {
+        if (t0 < T) {
+          float4 xa[kXBatch], xb[kXBatch];
+          // j < TC - t0: the last batch is short where kXBatch does not divide TC (5 and 6
+          // rows of the SwiGLU warps take 4 + 1 and 4 + 2).
+#pragma unroll
+          for (int j = 0; j < kXBatch && j < TC - t0; ++j) {
+            const float4* xr = reinterpret_cast<const float4*>(X + min(t0 + j, T - 1) * ld_x + k8 * 8);
+            xa[j] = xr[0];
+            xb[j] = xr[1];
+          }
+#pragma unroll
+          for (int j = 0; j < kXBatch && j < TC - t0; ++j) accum(t0 + j, wv, xa[j], xb[j], ga, gb);
+        }
       }
     }
   };
@@ -192,7 +224,10 @@ void launch(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld
       return;
     }
   }
-  launch_pdl(skinny_kernel<TC, F, 4>, dim3(blocks), dim3(kWarps * 32), 0, stream, W, N, K, X, ld_x, T, Y, ldy,
+  // 2 steps for 16 rows of the SwiGLU warps' two weight rows and for 32 rows, or their
+  // accumulators spill under the 128 registers of two blocks an SM.
+  constexpr int kSteps = (TC >= 16 && F == Fuse::kNormSwiGlu) || TC >= 32 ? 2 : 4;
+  launch_pdl(skinny_kernel<TC, F, kSteps>, dim3(blocks), dim3(kWarps * 32), 0, stream, W, N, K, X, ld_x, T, Y, ldy,
              accumulate, gamma, eps);
 }
 
@@ -209,12 +244,20 @@ bool run(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld_x,
     const int rows = static_cast<int>(T - t0 < pass ? T - t0 : pass);
     const float* x = X + t0 * ld_x;
     float* y = Y + t0 * ldy;
+    // Every row count of a short verify (2..6: a chain of 1..5 drafted tokens) has its own
+    // kernel: a kernel for more rows does the products of the rows past T too.
     if (rows == 1) {
       launch<F, 1>(W, N, K, x, ld_x, rows, y, ldy, accumulate, gamma, eps, stream);
-    } else if (rows <= 2) {
+    } else if (rows == 2) {
       launch<F, 2>(W, N, K, x, ld_x, rows, y, ldy, accumulate, gamma, eps, stream);
-    } else if (rows <= 4) {
+    } else if (rows == 3) {
+      launch<F, 3>(W, N, K, x, ld_x, rows, y, ldy, accumulate, gamma, eps, stream);
+    } else if (rows == 4) {
       launch<F, 4>(W, N, K, x, ld_x, rows, y, ldy, accumulate, gamma, eps, stream);
+    } else if (rows == 5) {
+      launch<F, 5>(W, N, K, x, ld_x, rows, y, ldy, accumulate, gamma, eps, stream);
+    } else if (rows == 6) {
+      launch<F, 6>(W, N, K, x, ld_x, rows, y, ldy, accumulate, gamma, eps, stream);
     } else if (rows <= 8) {
       launch<F, 8>(W, N, K, x, ld_x, rows, y, ldy, accumulate, gamma, eps, stream);
     } else if (rows <= 16) {

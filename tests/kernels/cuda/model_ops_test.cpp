@@ -200,8 +200,8 @@ TEST_F(ModelOpsTest, FusedDecodeRopeAppendEqualsTheSeparateLaunches) {
       const int64_t qd = heads * hd, kvd = kv_heads * hd, ld = qd + 2 * kvd;
       const std::vector<int32_t> table = {1, 2, 0};
       testing::DevicePagedKv separate_cache(blocks, kv_heads, B, hd, table, 0, 0.0f),
-          fused_cache(blocks, kv_heads, B, hd, table, 0, 0.0f);
-      PagedKvLayer &separate = separate_cache.kv, &fused = fused_cache.kv;
+          fused_cache(blocks, kv_heads, B, hd, table, 0, 0.0f), deferred_cache(blocks, kv_heads, B, hd, table, 0, 0.0f);
+      PagedKvLayer &separate = separate_cache.kv, &fused = fused_cache.kv, &deferred = deferred_cache.kv;
       float *qa = nullptr, *qb = nullptr;
       int32_t *step = nullptr, *pos = nullptr;
       ASSERT_EQ(cudaMalloc(&qa, ld * 4), cudaSuccess);
@@ -220,6 +220,8 @@ TEST_F(ModelOpsTest, FusedDecodeRopeAppendEqualsTheSeparateLaunches) {
         kv_append_at(separate, qa, ld, qd, qd + kvd, 1, step, nullptr);
         kv_update_min_max_at(separate, 1, step, nullptr);
         rope_append_decode_at(qb, heads, kv_heads, hd, pos, 10000.0f, adjacent, fused, qd + kvd, step, nullptr);
+        ASSERT_EQ(cudaMemcpy(qb, row.data(), ld * 4, cudaMemcpyHostToDevice), cudaSuccess);
+        rope_append_decode_at(qb, heads, kv_heads, hd, pos, 10000.0f, adjacent, deferred, qd + kvd, step, nullptr);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         const auto a = download(qa, qd), b = download(qb, qd);  // the rotated queries
         ASSERT_EQ(a, b) << "queries, step " << r << " hd " << hd << " adjacent " << adjacent;
@@ -238,12 +240,25 @@ TEST_F(ModelOpsTest, FusedDecodeRopeAppendEqualsTheSeparateLaunches) {
         rope_in_place(ra, ld, T, heads, kv_heads, hd, pos_t, 10000.0f, adjacent, nullptr);
         kv_append_at(separate, ra, ld, qd, qd + kvd, T, step, nullptr);
         kv_update_min_max_at(separate, T, step, nullptr);
-        rope_append_at(rb, ld, T, heads, kv_heads, hd, pos_t, 10000.0f, adjacent, fused, qd + kvd, step, nullptr);
+        rope_append_at(rb, ld, T, heads, kv_heads, hd, pos_t, 10000.0f, adjacent, fused, qd + kvd, step, true, nullptr);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         const auto a = download(ra, T * ld), b = download(rb, T * ld);
         for (int64_t t = 0; t < T; ++t) {
           for (int64_t c = 0; c < qd; ++c) ASSERT_EQ(a[t * ld + c], b[t * ld + c]) << "query " << t << "," << c;
         }
+        // Without the min/max update: the same rows and queries, the metadata as it was before
+        // (the 40 single rows'), and kv_update_min_max_at afterwards gives the fused result.
+        const size_t n_meta = blocks * kv_heads * hd;
+        const auto min_before = download(deferred.key_min, n_meta), max_before = download(deferred.key_max, n_meta);
+        ASSERT_EQ(cudaMemcpy(rb, rows.data(), T * ld * 4, cudaMemcpyHostToDevice), cudaSuccess);
+        rope_append_at(rb, ld, T, heads, kv_heads, hd, pos_t, 10000.0f, adjacent, deferred, qd + kvd, step, false,
+                       nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        EXPECT_EQ(download(rb, T * ld), b);
+        EXPECT_EQ(download(deferred.key_min, n_meta), min_before);
+        EXPECT_EQ(download(deferred.key_max, n_meta), max_before);
+        EXPECT_NE(download(fused.key_max, n_meta), max_before);  // the 5 rows did move the maxima
+        kv_update_min_max_at(deferred, T, step, nullptr);
         cudaFree(ra);
         cudaFree(rb);
         cudaFree(pos_t);
@@ -254,6 +269,10 @@ TEST_F(ModelOpsTest, FusedDecodeRopeAppendEqualsTheSeparateLaunches) {
       // Every block holds rows (45 rows over 3 blocks of 16), so all metadata is live.
       EXPECT_EQ(download(separate.key_min, n_meta), download(fused.key_min, n_meta)) << "hd " << hd;
       EXPECT_EQ(download(separate.key_max, n_meta), download(fused.key_max, n_meta)) << "hd " << hd;
+      EXPECT_EQ(download(deferred.keys, n_kv), download(fused.keys, n_kv)) << "hd " << hd;
+      EXPECT_EQ(download(deferred.values, n_kv), download(fused.values, n_kv)) << "hd " << hd;
+      EXPECT_EQ(download(deferred.key_min, n_meta), download(fused.key_min, n_meta)) << "hd " << hd;
+      EXPECT_EQ(download(deferred.key_max, n_meta), download(fused.key_max, n_meta)) << "hd " << hd;
       cudaFree(qa);
       cudaFree(qb);
       cudaFree(step);
