@@ -331,7 +331,7 @@ int main(int argc, char** argv) {
   std::string model_spec = "default", synthetic, profile_path, commit = "unknown", out_path;
   int tokens = 128, reps = 3, prompt_tokens = 0;
   std::vector<int> verify_nodes;
-  bool graphs = true, pdl = true, fused_attention = true;
+  bool graphs = true, pdl = true, fused_attention = true, fused_wo = true;
   int64_t kv_capacity = 0;
   app.add_option("--model", model_spec, "GGUF model path or name (default: the default model)");
   app.add_option("--synthetic", synthetic,
@@ -346,6 +346,8 @@ int main(int argc, char** argv) {
   app.add_option("--pdl", pdl, "programmatic dependent launch of the decode kernels (true|false)");
   app.add_option("--fused-decode-attention", fused_attention,
                  "a decode step's RoPE, K/V append and attention in one launch (true|false)");
+  app.add_option("--fused-decode-wo", fused_wo,
+                 "fold Wo into that launch and its residual into the FFN's first one (true|false)");
   app.add_option("--kv-capacity", kv_capacity,
                  "KV cache rows of the timed runs (0: prompt + tokens + 1; larger splits the decode attention)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
@@ -376,6 +378,7 @@ int main(int argc, char** argv) {
   options.cuda_graphs = graphs;
   options.tree_attention_kernels = long_context > 0 && tree_kernels;
   options.fused_decode_attention = fused_attention;
+  options.fused_decode_wo = fused_wo;
   std::unique_ptr<specula::Model> model;
   std::unique_ptr<specula::CudaBackend> backend;
   std::vector<int32_t> prompt;
@@ -427,6 +430,7 @@ int main(int argc, char** argv) {
       {"cuda_graphs", graphs},
       {"programmatic_dependent_launch", pdl},
       {"fused_decode_attention", fused_attention},
+      {"fused_decode_wo", fused_wo},
       {"kv_capacity", kv_capacity},
       {"prompt_tokens", prompt.size()},
       {"decode_tokens", tokens},

@@ -21,6 +21,7 @@
 #include "kernels/cpu/tensor_type.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/decode_attention.h"
+#include "kernels/cuda/decode_ffn.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/model_ops.h"
 #include "kernels/cuda/skinny_gemm.h"
@@ -216,6 +217,8 @@ struct CudaBackend::Impl {
   int64_t scratch_T = 0;
   DeviceBuffer<float> x, qkv, gu, logits;
   DeviceBuffer<float> xn, att;     // projection inputs, f32 (kernels/cuda/skinny_gemm.h)
+  DeviceBuffer<float> x_alt;       // (dim): a folded decode step's residual, alternating with x
+  DeviceBuffer<float> wo_parts;    // (n_heads, dim): Wo's per-head products (DecodeWoFold)
   DeviceBuffer<bf16_bits> x_bf16;  // a projection input split for cuBLAS (prefill): hi (T, K) then lo (T, K)
   DeviceBuffer<float> y_split;     // (2T, N): the hi and lo products of one stacked GEMM
   DeviceBuffer<int32_t> ids;       // tokens (T), positions (T), step {committed, first_new}
@@ -224,6 +227,7 @@ struct CudaBackend::Impl {
   bool cuda_graphs = true;
   bool tree_attention_kernels = false;
   bool fused_decode_attention = true;  // CudaBackendOptions::fused_decode_attention
+  bool fused_decode_wo = true;         // CudaBackendOptions::fused_decode_wo
   int32_t* host_ids = nullptr;         // pinned staging: tokens (T), positions (T), step (committed, first_new)
   uint8_t* host_mask = nullptr;        // pinned, scratch_T²
 
@@ -392,6 +396,8 @@ struct CudaBackend::Impl {
     if (auto ok = logits.allocate(T * cfg.vocab_size, "logits"); !ok) return ok;
     if (auto ok = xn.allocate(T * wide, "xn"); !ok) return ok;
     if (auto ok = att.allocate(T * q_dim(), "attention out"); !ok) return ok;
+    if (auto ok = x_alt.allocate(cfg.dim, "decode residual"); !ok) return ok;
+    if (auto ok = wo_parts.allocate(cfg.n_heads * cfg.dim, "Wo per-head products"); !ok) return ok;
     if (auto ok = x_bf16.allocate(2 * T * std::max(wide, q_dim()), "bf16 projection input"); !ok) return ok;
     const int64_t widest_out = std::max({qkv_dim(), 2 * cfg.ffn_dim, cfg.dim, cfg.vocab_size});
     if (auto ok = y_split.allocate(2 * std::min(T, kStackedRows) * widest_out, "split GEMM output"); !ok) return ok;
@@ -1042,18 +1048,22 @@ class CudaSession final : public BackendSession {
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     const bool adjacent = c.rope_style == RopeStyle::AdjacentPairs;
     cuda::embed_rows(b.embd.get(), tok_dev, T, dim, b.x.get(), s);
+    const bool fused = T == 1 && !mask_dev && !plan && b.fused_decode_attention;
+    if (fused && !ffn_sparse && b.fused_decode_wo && cuda::decode_wo_fold_fits(dim, c.head_dim) &&
+        c.n_heads <= cuda::kDecodeFfnMaxParts) {
+      return enqueue_folded_decode(pos_dev, step_dev);
+    }
     for (int64_t l = 0; l < c.n_layers; ++l) {
       const GpuLayer& L = b.layers[static_cast<size_t>(l)];
       const cuda::PagedKvLayer& kv = layers_[static_cast<size_t>(l)];
-      // Five launches a layer at decode: norm+QKV, RoPE+append+attention, Wo (+residual),
-      // norm+gate_up+SwiGLU, down (+residual); larger batches split the fused ones.
+      // Five launches a layer at decode without the Wo fold (enqueue_folded_decode): norm+QKV,
+      // RoPE+append+attention, Wo (+residual), norm+gate_up+SwiGLU, down (+residual); larger
+      // batches split the fused ones.
       if (auto ok = b.gemm_norm(L.qkv.get(), ld, dim, b.x.get(), T, L.attn_norm.get(), b.qkv.get(), ld); !ok) return ok;
       // A decode step's RoPE, K/V append and attention in one launch (kernels/cuda/decode_attention.h;
       // it takes head_dim 64 and 128), else RoPE+append, then attention.
-      const bool fused = T == 1 && !mask_dev && !plan && b.fused_decode_attention &&
-                         cuda::decode_attention_at(b.qkv.get(), c.n_heads, qd + kvd, pos_dev, c.rope_theta, adjacent,
-                                                   kv, step_dev, scale, b.att.get(), split_, s);
-      if (!fused) {
+      if (!fused || !cuda::decode_attention_at(b.qkv.get(), c.n_heads, qd + kvd, pos_dev, c.rope_theta, adjacent, kv,
+                                               step_dev, scale, b.att.get(), split_, s)) {
         if (T == 1) {
           cuda::rope_append_decode_at(b.qkv.get(), c.n_heads, c.n_kv_heads, c.head_dim, pos_dev, c.rope_theta, adjacent,
                                       kv, qd + kvd, step_dev, s);
@@ -1079,6 +1089,40 @@ class CudaSession final : public BackendSession {
     const int64_t first_out = rows == LogitRows::All ? 0 : T - 1;
     const int64_t n_out = T - first_out;
     return b.gemm_norm(b.output, V, dim, b.x.get() + first_out * dim, n_out, b.output_norm.get(), b.logits.get(), V);
+  }
+
+  // A decode step in four launches a layer: norm+QKV; RoPE+append+attention with Wo folded in
+  // (each head's products into wo_parts); the residual plus those parts, its norm, gate_up and
+  // SwiGLU; down (+residual). The residual alternates between x and x_alt (the FFN launch reads
+  // one and writes the other: its blocks all read the old residual).
+  Status enqueue_folded_decode(const int32_t* pos_dev, const int32_t* step_dev) {
+    auto& b = *b_;
+    const auto& c = b.cfg;
+    cudaStream_t s = b.stream;
+    const int64_t dim = c.dim, qd = b.q_dim(), kvd = b.kv_dim(), ld = b.qkv_dim(), ffn = c.ffn_dim;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    const bool adjacent = c.rope_style == RopeStyle::AdjacentPairs;
+    float* x = b.x.get();
+    float* x_next = b.x_alt.get();
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      const GpuLayer& L = b.layers[static_cast<size_t>(l)];
+      if (auto ok = b.gemm_norm(L.qkv.get(), ld, dim, x, 1, L.attn_norm.get(), b.qkv.get(), ld); !ok) return ok;
+      const cuda::DecodeWoFold fold{L.wo.get(), qd, dim, b.wo_parts.get()};
+      if (!cuda::decode_attention_at(b.qkv.get(), c.n_heads, qd + kvd, pos_dev, c.rope_theta, adjacent,
+                                     layers_[static_cast<size_t>(l)], step_dev, scale, b.att.get(), split_, s, &fold)) {
+        return make_error("CUDA backend: the decode attention with Wo folded in refused layer " + std::to_string(l) +
+                          " (head_dim " + std::to_string(c.head_dim) + ", dim " + std::to_string(dim) + ")");
+      }
+      if (!cuda::decode_residual_norm_swiglu(L.gate_up.get(), ffn, dim, x, b.wo_parts.get(),
+                                             static_cast<int>(c.n_heads), L.ffn_norm.get(), c.rms_eps, b.xn.get(),
+                                             x_next, s)) {
+        return make_error("CUDA backend: the decode FFN launch refused layer " + std::to_string(l) + " (dim " +
+                          std::to_string(dim) + ", " + std::to_string(c.n_heads) + " heads)");
+      }
+      if (auto ok = b.gemm(L.down.get(), dim, ffn, b.xn.get(), 1, x_next, dim, true); !ok) return ok;
+      std::swap(x, x_next);
+    }
+    return b.gemm_norm(b.output, c.vocab_size, dim, x, 1, b.output_norm.get(), b.logits.get(), c.vocab_size);
   }
 
   // A scratch buffer grown to at least n elements (kept across forwards).
@@ -1275,6 +1319,7 @@ Expected<std::unique_ptr<CudaBackend>> make_cuda_backend(const Model& model, con
   backend->impl_->cuda_graphs = options.cuda_graphs;
   backend->impl_->tree_attention_kernels = options.tree_attention_kernels;
   backend->impl_->fused_decode_attention = options.fused_decode_attention;
+  backend->impl_->fused_decode_wo = options.fused_decode_wo;
   if (auto ok = backend->impl_->load(model); !ok) return ok.error();
   if (auto ok = warm_up(*backend); !ok) return ok.error();
   return backend;
@@ -1287,6 +1332,7 @@ Expected<std::unique_ptr<CudaBackend>> make_synthetic_cuda_backend(const ModelCo
   backend->impl_->cuda_graphs = options.cuda_graphs;
   backend->impl_->tree_attention_kernels = options.tree_attention_kernels;
   backend->impl_->fused_decode_attention = options.fused_decode_attention;
+  backend->impl_->fused_decode_wo = options.fused_decode_wo;
   if (auto ok = backend->impl_->generate_synthetic(config, seed); !ok) return ok.error();
   if (auto ok = warm_up(*backend); !ok) return ok.error();
   return backend;

@@ -27,6 +27,11 @@ struct CudaBackendOptions {
   // A decode step's RoPE, K/V append and attention in one launch (kernels/cuda/decode_attention.h)
   // instead of two; the same results. Off: the two launches (for A/B timing and ruling it out).
   bool fused_decode_attention = true;
+  // With it, a decode step of a small model (Wo's columns of one head fit a block's shared
+  // memory) also folds the attention output projection into that launch and adds it to the
+  // residual in the FFN's first launch (kernels/cuda/decode_ffn.h): four launches a layer instead
+  // of five. Off: Wo as its own GEMM (for A/B timing and ruling it out).
+  bool fused_decode_wo = true;
 };
 
 // True when built with CUDA and at least one GPU is visible (never prints).

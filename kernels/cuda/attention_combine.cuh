@@ -4,7 +4,8 @@
 // softmax states (max, sum, unnormalised values in shared memory) combined into one row, written
 // as the output, or, with the context split over several blocks, into this block's partial slot,
 // where the last block of the (token, head) pair to finish merges every slot and resets the
-// pair's counter for the next launch (a graph replay finds it at zero).
+// pair's counter for the next launch (a graph replay finds it at zero). Returns whether this block
+// wrote the output (the same answer in every thread of the block).
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/model_ops.h"
@@ -15,7 +16,7 @@ namespace specula::cuda {
 // each row used. out: the pair's hd outputs. With parts > 1, slot is this block's part of the
 // pair's `parts` (slots are split.splits apart per pair) and split holds the workspace.
 template <int kWarps, int kStride>
-__device__ __forceinline__ void combine_attention_row(const float* sm_m, const float* sm_l,
+__device__ __forceinline__ bool combine_attention_row(const float* sm_m, const float* sm_l,
                                                       const float (*sm_acc)[kStride], int64_t hd, float* out,
                                                       const AttentionSplit& split, int64_t pair, int64_t slot,
                                                       int64_t parts) {
@@ -32,7 +33,7 @@ __device__ __forceinline__ void combine_attention_row(const float* sm_m, const f
       for (int w = 0; w < kWarps; ++w) v += weights[w] * sm_acc[w][d];
       out[d] = denom > 0.0f ? v / denom : 0.0f;
     }
-    return;
+    return true;
   }
   float* mine = split.partial + (pair * split.splits + slot) * (hd + 2);
   for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
@@ -49,7 +50,7 @@ __device__ __forceinline__ void combine_attention_row(const float* sm_m, const f
   __shared__ bool last;
   if (threadIdx.x == 0) last = atomicAdd(split.counters + pair, 1) == parts - 1;
   __syncthreads();
-  if (!last) return;
+  if (!last) return false;
   __threadfence();
   const float* all = split.partial + pair * split.splits * (hd + 2);
   float m_max = -INFINITY;
@@ -68,6 +69,7 @@ __device__ __forceinline__ void combine_attention_row(const float* sm_m, const f
     out[d] = l_sum > 0.0f ? v / l_sum : 0.0f;
   }
   if (threadIdx.x == 0) split.counters[pair] = 0;
+  return true;
 }
 
 }  // namespace specula::cuda

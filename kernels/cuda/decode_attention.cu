@@ -38,12 +38,16 @@ __device__ __forceinline__ int64_t slot_row(const PagedKvLayer& kv, int64_t row,
 // kernel of the chain starts after that one) and committed KV rows (written by earlier
 // forwards and commits). The QKV projection's output, the new row and the split workspace are
 // read after it.
-template <int kHd>
+//
+// kFold (DecodeWoFold): the block that writes head h's row also multiplies it by Wo's columns
+// [h·kHd, (h+1)·kHd) into fold.parts[h] (dim floats). Those columns (dim rows of kHd bf16, in
+// dynamic shared memory: fold_shared_bytes) are copied in before the wait, as weights.
+template <int kHd, bool kFold>
 __global__ void __launch_bounds__(kWarps * 32)
     decode_attention_kernel(const float* __restrict__ qkv, int64_t n_heads, int64_t v_col,
                             const int32_t* __restrict__ positions, float theta, bool adjacent, PagedKvLayer kv,
                             const int32_t* __restrict__ step, float scale, float* __restrict__ out,
-                            AttentionSplit split) {
+                            AttentionSplit split, DecodeWoFold fold) {
   constexpr int kHalf = kHd / 2, kChunks = kHd / 8;  // RoPE pairs; 16-byte pieces of a key row
   static_assert(kHd <= kWarps * 32 && kHd % 8 == 0);
   pdl_trigger();
@@ -79,6 +83,18 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int c = 0; c < kChunks; ++c) kr[c] = k[c];
   };
   if (first0 + lane < min(end, committed)) load_key(first0 + lane);
+  // Wo's columns of this head, row n's chunk c (8 values) at n·kChunks + (c ^ (n % kChunks)): a
+  // quarter warp reading one chunk of 8 consecutive rows then hits 8 different 16-byte bank groups.
+  extern __shared__ uint4 wo_cols[];
+  if constexpr (kFold) {
+    for (int64_t i = threadIdx.x; i < fold.dim * kChunks; i += blockDim.x) {
+      const int64_t n = i / kChunks, c = i % kChunks;
+      const bf16_bits* src = fold.wo + n * fold.wo_ld + h * kHd + c * 8;
+      const auto dst = static_cast<unsigned>(__cvta_generic_to_shared(wo_cols + n * kChunks + (c ^ (n % kChunks))));
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
+  }
 
   pdl_wait();
   __shared__ float qs[kHd];
@@ -203,23 +219,104 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
   __syncthreads();
   // Split: over the active splits only.
-  combine_attention_row<kWarps, kHd>(sm_m, sm_l, sm_acc, kHd, out + h * kHd, split, h, z, active);
+  const bool wrote = combine_attention_row<kWarps, kHd>(sm_m, sm_l, sm_acc, kHd, out + h * kHd, split, h, z, active);
+  if constexpr (kFold) {
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    if (!wrote) return;
+    __syncthreads();  // the row's global writes (other threads of this block), and wo_cols
+    __shared__ __align__(16) float o[kHd];
+    for (int d = threadIdx.x; d < kHd; d += blockDim.x) o[d] = out[h * kHd + d];
+    __syncthreads();
+    // parts[h][n] = Σ_d Wo[n][h·kHd + d] · o[d], d in order within each chunk: 4 rows a thread at
+    // once (independent FMA chains), rows n, n + 128, ... of them.
+    constexpr int kRows = 4;
+    for (int64_t n0 = threadIdx.x; n0 < fold.dim; n0 += kRows * blockDim.x) {
+      float acc[kRows];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) {
+        const float4 oa = reinterpret_cast<const float4*>(o)[2 * c], ob = reinterpret_cast<const float4*>(o)[2 * c + 1];
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          const int64_t n = n0 + r * blockDim.x;
+          if (n < fold.dim) {
+            const uint4 w = wo_cols[n * kChunks + (c ^ (n % kChunks))];
+            float a = acc[r];
+            a = fmaf(__uint_as_float(w.x << 16), oa.x, a);
+            a = fmaf(__uint_as_float(w.x & 0xffff0000u), oa.y, a);
+            a = fmaf(__uint_as_float(w.y << 16), oa.z, a);
+            a = fmaf(__uint_as_float(w.y & 0xffff0000u), oa.w, a);
+            a = fmaf(__uint_as_float(w.z << 16), ob.x, a);
+            a = fmaf(__uint_as_float(w.z & 0xffff0000u), ob.y, a);
+            a = fmaf(__uint_as_float(w.w << 16), ob.z, a);
+            a = fmaf(__uint_as_float(w.w & 0xffff0000u), ob.w, a);
+            acc[r] = a;
+          }
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const int64_t n = n0 + r * blockDim.x;
+        if (n < fold.dim) fold.parts[h * fold.dim + n] = acc[r];
+      }
+    }
+  }
+}
+
+template <int kHd, bool kFold>
+void launch(dim3 grid, const float* qkv, int64_t n_heads, int64_t v_col, const int32_t* positions, float theta,
+            bool adjacent, const PagedKvLayer& kv, const int32_t* step, float scale, float* out,
+            const AttentionSplit& split, const DecodeWoFold& fold, cudaStream_t stream) {
+  const size_t shared = kFold ? decode_wo_fold_shared_bytes(fold.dim, kHd) : 0;
+  if constexpr (kFold) {
+    // Past 48 KB a kernel takes dynamic shared memory only after this: once, for the largest fold.
+    static const cudaError_t raised = cudaFuncSetAttribute(
+        decode_attention_kernel<kHd, kFold>, cudaFuncAttributeMaxDynamicSharedMemorySize, int{kWoFoldMaxBytes});
+    (void)raised;  // a failure shows as the launch's error
+  }
+  launch_pdl(decode_attention_kernel<kHd, kFold>, grid, dim3(kWarps * 32), shared, stream, qkv, n_heads, v_col,
+             positions, theta, adjacent, kv, step, scale, out, split, fold);
 }
 
 }  // namespace
 
+size_t decode_wo_fold_shared_bytes(int64_t dim, int64_t head_dim) { return size_t(dim) * size_t(head_dim) * 2; }
+
+bool decode_wo_fold_fits(int64_t dim, int64_t head_dim) {
+  return dim > 0 && (head_dim == 64 || head_dim == 128) &&
+         decode_wo_fold_shared_bytes(dim, head_dim) <= kWoFoldMaxBytes;
+}
+
 bool decode_attention_at(const float* qkv, int64_t n_heads, int64_t v_col, const int32_t* positions, float theta,
                          bool adjacent, const PagedKvLayer& kv, const int32_t* step, float scale, float* out,
-                         const AttentionSplit& split, cudaStream_t stream) {
+                         const AttentionSplit& split, cudaStream_t stream, const DecodeWoFold* fold) {
   if (kv.n_kv_heads <= 0 || n_heads % kv.n_kv_heads != 0) return false;
+  if (fold) {
+    const bool aligned = reinterpret_cast<uintptr_t>(fold->wo) % 16 == 0 && fold->wo_ld % 8 == 0;
+    if (!decode_wo_fold_fits(fold->dim, kv.head_dim) || !aligned || fold->wo_ld < n_heads * kv.head_dim ||
+        fold->parts == nullptr) {
+      return false;
+    }
+  }
   const dim3 grid(static_cast<unsigned>(n_heads), static_cast<unsigned>(split.splits > 1 ? split.splits : 1));
-  const dim3 block(kWarps * 32);
+  const DecodeWoFold none{};
   if (kv.head_dim == 64) {
-    launch_pdl(decode_attention_kernel<64>, grid, block, 0, stream, qkv, n_heads, v_col, positions, theta, adjacent, kv,
-               step, scale, out, split);
+    if (fold) {
+      launch<64, true>(grid, qkv, n_heads, v_col, positions, theta, adjacent, kv, step, scale, out, split, *fold,
+                       stream);
+    } else {
+      launch<64, false>(grid, qkv, n_heads, v_col, positions, theta, adjacent, kv, step, scale, out, split, none,
+                        stream);
+    }
   } else if (kv.head_dim == 128) {
-    launch_pdl(decode_attention_kernel<128>, grid, block, 0, stream, qkv, n_heads, v_col, positions, theta, adjacent,
-               kv, step, scale, out, split);
+    if (fold) {
+      launch<128, true>(grid, qkv, n_heads, v_col, positions, theta, adjacent, kv, step, scale, out, split, *fold,
+                        stream);
+    } else {
+      launch<128, false>(grid, qkv, n_heads, v_col, positions, theta, adjacent, kv, step, scale, out, split, none,
+                         stream);
+    }
   } else {
     return false;
   }

@@ -6,11 +6,30 @@
 // value enter the scores and the weighted sum from shared memory, rounded to bf16 as the cache
 // holds them, so no block waits for another block's append. One launch fewer a layer, and the
 // RoPE angles, the step and the first keys are read before the wait for the QKV projection.
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/cuda/model_ops.h"
 
 namespace specula::cuda {
+
+// The attention output projection folded into the decode attention launch (x += Wo · att, the
+// next launch fewer a layer): the block that writes query head h's row multiplies it by Wo's
+// columns [h·head_dim, (h+1)·head_dim) and writes those dim partial sums to parts[h·dim ..]. The
+// caller adds the heads' parts to the residual in head order (decode_ffn.h does, for the FFN
+// launch after it). wo: (dim, wo_ld) row-major bf16, 16-byte aligned, wo_ld a multiple of 8.
+struct DecodeWoFold {
+  const bf16_bits* wo = nullptr;
+  int64_t wo_ld = 0;       // Wo's row length: n_heads · head_dim
+  int64_t dim = 0;         // Wo's rows: the model width
+  float* parts = nullptr;  // (n_heads, dim) f32
+};
+
+// Wo's columns of one head live in the block's shared memory: dim · head_dim bf16.
+inline constexpr size_t kWoFoldMaxBytes = 160 * 1024;
+size_t decode_wo_fold_shared_bytes(int64_t dim, int64_t head_dim);
+// Whether decode_attention_at takes a fold of this shape (head_dim 64 or 128, the columns fit).
+bool decode_wo_fold_fits(int64_t dim, int64_t head_dim);
 
 // qkv: the token's projection, f32: query heads at 0, key heads at n_heads·head_dim, value
 // heads at v_col (head_dim each). step[0] = committed, step[1] = first_new (device, as for the
@@ -18,10 +37,11 @@ namespace specula::cuda {
 // itself. positions[0] is its RoPE position; adjacent as rope_in_place. out: n_heads·head_dim
 // f32. With split.splits > 1 (attention_split_for), the rows go over split blocks of
 // rows_per_split and only the ceil((committed + 1) / rows_per_split) that hold rows run; the
-// workspace as for attention_at. head_dim 64 or 128 (the kernel's templates); returns false and
-// launches nothing otherwise.
+// workspace as for attention_at. head_dim 64 or 128 (the kernel's templates); with fold (may be
+// null), also Wo's per-head products as DecodeWoFold says. Returns false and launches nothing
+// where it cannot (another head_dim, a fold that does not fit).
 bool decode_attention_at(const float* qkv, int64_t n_heads, int64_t v_col, const int32_t* positions, float theta,
                          bool adjacent, const PagedKvLayer& kv, const int32_t* step, float scale, float* out,
-                         const AttentionSplit& split, cudaStream_t stream);
+                         const AttentionSplit& split, cudaStream_t stream, const DecodeWoFold* fold = nullptr);
 
 }  // namespace specula::cuda

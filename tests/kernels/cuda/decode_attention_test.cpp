@@ -181,6 +181,93 @@ TEST_F(DecodeAttentionTest, EqualsRopeAppendThenAttentionAndMatchesCpu) {
   }
 }
 
+// With Wo folded in (DecodeWoFold): the same attention rows, bit for bit, as the launch without
+// it, and per-head products that match a double product of Wo's bf16 columns with those rows;
+// with and without splits, head_dim 64 and 128, widths that leave a partial last row group.
+TEST_F(DecodeAttentionTest, WoFoldKeepsTheRowsAndMatchesCpuProducts) {
+  const int64_t heads = 6, kv_heads = 2, B = 16, blocks = 8, steps = 70;
+  const std::vector<int32_t> table = {3, 7, 0, 5, 1, 6, 2, 4};
+  for (int64_t hd : {64, 128}) {
+    for (int64_t dim : {576, 200}) {
+      for (bool split_on : {false, true}) {
+        const int64_t qd = heads * hd, kvd = kv_heads * hd, ld = qd + 2 * kvd;
+        const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+        ASSERT_TRUE(decode_wo_fold_fits(dim, hd));
+        AttentionSplit split;
+        if (split_on) {  // 1 to 3 splits of 32 rows hold rows over the steps
+          split.splits = 3;
+          split.rows_per_split = 32;
+          split.partial_floats_per_pair = split.splits * (hd + 2);
+          ASSERT_EQ(cudaMalloc(&split.partial, heads * split.partial_floats_per_pair * 4), cudaSuccess);
+          ASSERT_EQ(cudaMalloc(&split.counters, heads * 4), cudaSuccess);
+          ASSERT_EQ(cudaMemset(split.counters, 0, heads * 4), cudaSuccess);
+        }
+        Cache plain_cache(blocks, kv_heads, B, hd, table), fold_cache(blocks, kv_heads, B, hd, table);
+        const auto wo = bf16_weights(dim * qd, 0.05f);
+        DecodeWoFold fold{upload(wo.bits), qd, dim, nullptr};
+        ASSERT_EQ(cudaMalloc(&fold.parts, heads * dim * 4), cudaSuccess);
+        float *q_plain = nullptr, *q_fold = nullptr, *out_plain = nullptr, *out_fold = nullptr;
+        int32_t *step = nullptr, *pos = nullptr;
+        ASSERT_EQ(cudaMalloc(&q_plain, ld * 4), cudaSuccess);
+        ASSERT_EQ(cudaMalloc(&q_fold, ld * 4), cudaSuccess);
+        ASSERT_EQ(cudaMalloc(&out_plain, qd * 4), cudaSuccess);
+        ASSERT_EQ(cudaMalloc(&out_fold, qd * 4), cudaSuccess);
+        ASSERT_EQ(cudaMalloc(&step, 8), cudaSuccess);
+        ASSERT_EQ(cudaMalloc(&pos, 4), cudaSuccess);
+        double worst = 0;
+        for (int64_t r = 0; r < steps; ++r) {
+          const auto row = random(ld, 2.0f);
+          const int32_t st[2] = {int32_t(r), int32_t(r)};
+          const int32_t p = int32_t(r * 3 + 1);
+          ASSERT_EQ(cudaMemcpy(q_plain, row.data(), ld * 4, cudaMemcpyHostToDevice), cudaSuccess);
+          ASSERT_EQ(cudaMemcpy(q_fold, row.data(), ld * 4, cudaMemcpyHostToDevice), cudaSuccess);
+          ASSERT_EQ(cudaMemcpy(step, st, 8, cudaMemcpyHostToDevice), cudaSuccess);
+          ASSERT_EQ(cudaMemcpy(pos, &p, 4, cudaMemcpyHostToDevice), cudaSuccess);
+          ASSERT_EQ(cudaMemset(fold.parts, 0xff, heads * dim * 4), cudaSuccess);  // NaN: all must be written
+          ASSERT_TRUE(decode_attention_at(q_plain, heads, qd + kvd, pos, 10000.0f, false, plain_cache.kv, step, scale,
+                                          out_plain, split, nullptr));
+          ASSERT_TRUE(decode_attention_at(q_fold, heads, qd + kvd, pos, 10000.0f, false, fold_cache.kv, step, scale,
+                                          out_fold, split, nullptr, &fold));
+          ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          const auto a = download(out_plain, static_cast<size_t>(qd)), b = download(out_fold, static_cast<size_t>(qd));
+          ASSERT_EQ(a, b) << "step " << r << ", hd " << hd << ", dim " << dim << ", split " << split_on;
+          const auto parts = download(fold.parts, static_cast<size_t>(heads * dim));
+          double num = 0, den = 0;
+          for (int64_t h = 0; h < heads; ++h) {
+            for (int64_t n = 0; n < dim; ++n) {
+              double ref = 0;
+              for (int64_t d = 0; d < hd; ++d) ref += wo.values[n * qd + h * hd + d] * b[h * hd + d];
+              const double e = parts[h * dim + n] - ref;
+              ASSERT_FALSE(std::isnan(parts[h * dim + n])) << "unwritten part " << h << ", " << n;
+              num += e * e;
+              den += ref * ref;
+            }
+          }
+          worst = std::max(worst, std::sqrt(num / den));
+        }
+        std::printf("hd %lld dim %lld split %d: Wo parts worst rel L2 against the CPU %.2e\n",
+                    static_cast<long long>(hd), static_cast<long long>(dim), split_on, worst);
+        EXPECT_LT(worst, 1e-5);
+        if (split_on) {
+          const auto counters = download(split.counters, static_cast<size_t>(heads));
+          for (int32_t c : counters) ASSERT_EQ(c, 0);
+          cudaFree(split.partial);
+          cudaFree(split.counters);
+        }
+        cudaFree(const_cast<bf16_bits*>(fold.wo));
+        cudaFree(fold.parts);
+        cudaFree(q_plain);
+        cudaFree(q_fold);
+        cudaFree(out_plain);
+        cudaFree(out_fold);
+        cudaFree(step);
+        cudaFree(pos);
+      }
+    }
+  }
+}
+
 TEST_F(DecodeAttentionTest, RefusesOtherHeadSizes) {
   PagedKvLayer kv;
   kv.n_kv_heads = 2;
@@ -188,6 +275,12 @@ TEST_F(DecodeAttentionTest, RefusesOtherHeadSizes) {
   EXPECT_FALSE(decode_attention_at(nullptr, 4, 0, nullptr, 10000.0f, false, kv, nullptr, 1.0f, nullptr, {}, nullptr));
   kv.head_dim = 64;
   EXPECT_FALSE(decode_attention_at(nullptr, 5, 0, nullptr, 10000.0f, false, kv, nullptr, 1.0f, nullptr, {}, nullptr));
+  // A fold whose Wo columns do not fit a block's shared memory.
+  float part = 0;
+  const DecodeWoFold wide{reinterpret_cast<const bf16_bits*>(&part), 4 * 64, 4096, &part};
+  EXPECT_FALSE(decode_wo_fold_fits(4096, 64));
+  EXPECT_FALSE(
+      decode_attention_at(nullptr, 4, 0, nullptr, 10000.0f, false, kv, nullptr, 1.0f, nullptr, {}, nullptr, &wide));
 }
 
 }  // namespace
