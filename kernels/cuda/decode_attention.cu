@@ -1,3 +1,4 @@
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -12,6 +13,11 @@ namespace {
 // kHd 64 and 128), so the two paths give the same bits; what differs is where the new row
 // comes from and what happens before the wait.
 constexpr int kWarps = 4;
+// The Wo fold (DecodeWoFold): blocks a cluster (one head), and the 16-row steps of its Wo share
+// each lane loads before the wait (5 cover SmolLM2's 576 rows / 8 ranks = 72; more are loaded
+// after it).
+constexpr int kFoldCtas = 8;
+constexpr int kFoldSteps = 5;
 
 __device__ __forceinline__ float bf(bf16_bits v) { return __bfloat162float(__ushort_as_bfloat16(v)); }
 __device__ __forceinline__ bf16_bits to_bf(float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
@@ -39,9 +45,13 @@ __device__ __forceinline__ int64_t slot_row(const PagedKvLayer& kv, int64_t row,
 // forwards and commits). The QKV projection's output, the new row and the split workspace are
 // read after it.
 //
-// kFold (DecodeWoFold): the block that writes head h's row also multiplies it by Wo's columns
-// [h·kHd, (h+1)·kHd) into fold.parts[h] (dim floats). Those columns (dim rows of kHd bf16, in
-// dynamic shared memory: fold_shared_bytes) are copied in before the wait, as weights.
+// kFold (DecodeWoFold): the grid is (n_heads · kFoldCtas, splits) in clusters of kFoldCtas
+// blocks, one cluster per (head, split). Rank 0 of a cluster is the attention block above; each
+// rank r loads Wo's columns [h·kHd, (h+1)·kHd) of its share of the rows (dim / kFoldCtas of
+// them, 9 KB on SmolLM2) before the wait, as weights, and once rank 0 has the head's row (the
+// cluster barrier; the row and whether this split wrote it come through distributed shared
+// memory) multiplies them into fold.parts[h]. Spread over the cluster, Wo's 0.66 MB load in
+// parallel over 72 SMs instead of 9 (loaded by one block a head, it took ~4 us).
 template <int kHd, bool kFold>
 __global__ void __launch_bounds__(kWarps * 32)
     decode_attention_kernel(const float* __restrict__ qkv, int64_t n_heads, int64_t v_col,
@@ -52,7 +62,9 @@ __global__ void __launch_bounds__(kWarps * 32)
   static_assert(kHd <= kWarps * 32 && kHd % 8 == 0);
   pdl_trigger();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t h = blockIdx.x, z = blockIdx.y;
+  const int64_t h = kFold ? blockIdx.x / kFoldCtas : blockIdx.x, z = blockIdx.y;
+  const int rank = kFold ? static_cast<int>(blockIdx.x % kFoldCtas) : 0;
+  const bool attends = rank == 0;
   const int64_t kvh = h / (n_heads / kv.n_kv_heads);
   const int64_t committed = step[0], first_new = step[1];
   const int64_t total = committed + 1;  // the committed rows, then the new one
@@ -82,241 +94,268 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) kr[c] = k[c];
   };
-  if (first0 + lane < min(end, committed)) load_key(first0 + lane);
-  // Wo's columns of this head, row n's chunk c (8 values) at n·kChunks + (c ^ (n % kChunks)): a
-  // quarter warp reading one chunk of 8 consecutive rows then hits 8 different 16-byte bank groups.
-  extern __shared__ uint4 wo_cols[];
+  if (attends && first0 + lane < min(end, committed)) load_key(first0 + lane);
+  // The first chunk's values too, where committed, in the layout of the weighted sum below: lane
+  // (row group g, 8-dim slice) holds rows g, g + G, ... of the chunk (its dependent round trip
+  // after the scores was a good part of the kernel's time after the wait).
+  constexpr int kLanesPerRow = kHd / 8, kGroups = 32 / kLanesPerRow, kRowsPerLane = 32 / kGroups;
+  const int g = lane / kLanesPerRow, slice = lane % kLanesPerRow;
+  uint4 vpre[kRowsPerLane];
+#pragma unroll
+  for (int i = 0; i < kRowsPerLane; ++i) {
+    const int64_t idx = first0 + i * kGroups + g;
+    vpre[i] = attends && idx < min(end, committed)
+                  ? *reinterpret_cast<const uint4*>(kv.values + slot_row(kv, idx, kvh) + slice * 8)
+                  : make_uint4(0, 0, 0, 0);
+  }
+  // Fold: this rank's Wo rows n = rank·R + step·16 + warp·4 + lane / 8 (R = ceil(dim / ranks)),
+  // 8 columns (one 16-byte chunk: c = lane % 8) a lane; the first kFoldSteps steps before the wait.
+  static_assert(!kFold || kHd == 64, "the fold is laid out for head_dim 64");
+  const int64_t fold_rows = kFold ? (fold.dim + kFoldCtas - 1) / kFoldCtas : 0;
+  const int64_t fold_first = rank * fold_rows, fold_end = min(fold.dim, fold_first + fold_rows);
+  const int64_t fold_row0 = fold_first + warp * 4 + lane / 8;
+  const int fold_c = lane % 8;
+  auto wo_chunk = [&](int64_t n) {
+    return __ldg(reinterpret_cast<const uint4*>(fold.wo + n * fold.wo_ld + h * kHd + fold_c * 8));
+  };
+  // Split over several blocks (a long context), the rows' block that finishes last writes the
+  // row: only its cluster loads Wo then, after the wait (not every split's cluster before it).
+  const bool fold_prefetch = active == 1;
+  uint4 wpre[kFold ? kFoldSteps : 1];
   if constexpr (kFold) {
-    for (int64_t i = threadIdx.x; i < fold.dim * kChunks; i += blockDim.x) {
-      const int64_t n = i / kChunks, c = i % kChunks;
-      const bf16_bits* src = fold.wo + n * fold.wo_ld + h * kHd + c * 8;
-      const auto dst = static_cast<unsigned>(__cvta_generic_to_shared(wo_cols + n * kChunks + (c ^ (n % kChunks))));
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+#pragma unroll
+    for (int s = 0; s < kFoldSteps; ++s) {
+      const int64_t n = fold_row0 + s * 16;
+      wpre[s] = fold_prefetch && n < fold_end ? wo_chunk(n) : make_uint4(0, 0, 0, 0);
     }
-    asm volatile("cp.async.commit_group;\n" ::);
   }
 
   pdl_wait();
-  __shared__ float qs[kHd];
-  __shared__ __align__(16) bf16_bits k_new[kHd];
-  __shared__ __align__(16) bf16_bits v_new[kHd];
-  // The block of query head kvh·group on the first split appends the row for its KV head.
-  const bool owner = z == 0 && h % (n_heads / kv.n_kv_heads) == 0;
-  const int64_t base = slot_row(kv, first_new, kvh);
-  if (threadIdx.x < kHd) {
-    const bool query = threadIdx.x < kHalf;
-    const float* x = qkv + (query ? h : n_heads + kvh) * kHd;
-    const float x0 = x[pa], x1 = x[pb];
-    const float r0 = x0 * cs - x1 * sn, r1 = x1 * cs + x0 * sn;
-    if (query) {
-      qs[pa] = r0 * scale;
-      qs[pb] = r1 * scale;
-    } else {
-      const bf16_bits k0 = to_bf(r0), k1 = to_bf(r1);
-      k_new[pa] = k0;
-      k_new[pb] = k1;
-      if (owner) {
-        kv.keys[base + pa] = k0;
-        kv.keys[base + pb] = k1;
-        // The block's min/max covers rows [block start, first_new) (model_ops.cu says why).
-        const int64_t meta =
-            (static_cast<int64_t>(kv.block_table[first_new / kv.block_size]) * kv.n_kv_heads + kvh) * kHd;
-        const bool first_in_block = first_new % kv.block_size == 0;
-        const float f0 = bf(k0), f1 = bf(k1);
-        kv.key_min[meta + pa] = first_in_block ? f0 : fminf(kv.key_min[meta + pa], f0);
-        kv.key_max[meta + pa] = first_in_block ? f0 : fmaxf(kv.key_max[meta + pa], f0);
-        kv.key_min[meta + pb] = first_in_block ? f1 : fminf(kv.key_min[meta + pb], f1);
-        kv.key_max[meta + pb] = first_in_block ? f1 : fmaxf(kv.key_max[meta + pb], f1);
+  __shared__ __align__(16) float o_row[kHd];  // fold: the head's row, for the cluster
+  __shared__ bool o_written;
+  bool wrote = false;
+  if (attends) {
+    __shared__ float qs[kHd];
+    __shared__ __align__(16) bf16_bits k_new[kHd];
+    __shared__ __align__(16) bf16_bits v_new[kHd];
+    // The block of query head kvh·group on the first split appends the row for its KV head.
+    const bool owner = z == 0 && h % (n_heads / kv.n_kv_heads) == 0;
+    const int64_t base = slot_row(kv, first_new, kvh);
+    if (threadIdx.x < kHd) {
+      const bool query = threadIdx.x < kHalf;
+      const float* x = qkv + (query ? h : n_heads + kvh) * kHd;
+      const float x0 = x[pa], x1 = x[pb];
+      const float r0 = x0 * cs - x1 * sn, r1 = x1 * cs + x0 * sn;
+      if (query) {
+        qs[pa] = r0 * scale;
+        qs[pb] = r1 * scale;
+      } else {
+        const bf16_bits k0 = to_bf(r0), k1 = to_bf(r1);
+        k_new[pa] = k0;
+        k_new[pb] = k1;
+        if (owner) {
+          kv.keys[base + pa] = k0;
+          kv.keys[base + pb] = k1;
+          // The block's min/max covers rows [block start, first_new) (model_ops.cu says why).
+          const int64_t meta =
+              (static_cast<int64_t>(kv.block_table[first_new / kv.block_size]) * kv.n_kv_heads + kvh) * kHd;
+          const bool first_in_block = first_new % kv.block_size == 0;
+          const float f0 = bf(k0), f1 = bf(k1);
+          kv.key_min[meta + pa] = first_in_block ? f0 : fminf(kv.key_min[meta + pa], f0);
+          kv.key_max[meta + pa] = first_in_block ? f0 : fmaxf(kv.key_max[meta + pa], f0);
+          kv.key_min[meta + pb] = first_in_block ? f1 : fminf(kv.key_min[meta + pb], f1);
+          kv.key_max[meta + pb] = first_in_block ? f1 : fmaxf(kv.key_max[meta + pb], f1);
+        }
       }
     }
-  }
-  for (int d = threadIdx.x; d < kHd; d += blockDim.x) {
-    const bf16_bits v = to_bf(qkv[v_col + kvh * kHd + d]);
-    v_new[d] = v;
-    if (owner) kv.values[base + d] = v;
-  }
-  __syncthreads();
-
-  float acc[8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) acc[i] = 0.0f;
-  float m = -INFINITY, l = 0.0f;
-  for (int64_t first = first0; first < end; first += kWarps * 32) {
-    const int64_t idx = first + lane;
-    float s = -INFINITY;
-    const bf16_bits* vrow = nullptr;  // this lane's value row: the cache's, or v_new
-    if (idx < end) {
-      if (idx < committed) {
-        if (first != first0) load_key(idx);
-        vrow = kv.values + slot_row(kv, idx, kvh);
-      } else {  // idx == committed: the new row
-#pragma unroll
-        for (int c = 0; c < kChunks; ++c) kr[c] = reinterpret_cast<const uint4*>(k_new)[c];
-        vrow = v_new;
-      }
-      float dot = 0.0f;
-#pragma unroll
-      for (int c = 0; c < kChunks; ++c) {
-        const uint4 w = kr[c];
-        const float* qc = qs + c * 8;
-        dot += qc[0] * __uint_as_float(w.x << 16) + qc[1] * __uint_as_float(w.x & 0xffff0000u) +
-               qc[2] * __uint_as_float(w.y << 16) + qc[3] * __uint_as_float(w.y & 0xffff0000u) +
-               qc[4] * __uint_as_float(w.z << 16) + qc[5] * __uint_as_float(w.z & 0xffff0000u) +
-               qc[6] * __uint_as_float(w.w << 16) + qc[7] * __uint_as_float(w.w & 0xffff0000u);
-      }
-      s = dot;
+    for (int d = threadIdx.x; d < kHd; d += blockDim.x) {
+      const bf16_bits v = to_bf(qkv[v_col + kvh * kHd + d]);
+      v_new[d] = v;
+      if (owner) kv.values[base + d] = v;
     }
-    const float chunk_max = warp_max(s);
-    if (chunk_max == -INFINITY) continue;
-    const float m_new = fmaxf(m, chunk_max);
-    const float corr = expf(m - m_new);
-    const float p = s == -INFINITY ? 0.0f : expf(s - m_new);
-    l = l * corr + warp_sum(p);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) acc[i] *= corr;
-    // Lane = (row group g, 8-dim slice): rows g, g + G, ... of the chunk, dims slice·8..+8.
-    constexpr int kLanesPerRow = kHd / 8, kGroups = 32 / kLanesPerRow;
-    const int g = lane / kLanesPerRow, slice = lane % kLanesPerRow;
-    float pr[32 / kGroups];
-    uint4 v[32 / kGroups];
-    const auto vbits = reinterpret_cast<unsigned long long>(vrow);
-#pragma unroll
-    for (int i = 0; i < 32 / kGroups; ++i) {
-      const int r = i * kGroups + g;
-      pr[i] = __shfl_sync(0xffffffffu, p, r);
-      const auto row = reinterpret_cast<const bf16_bits*>(__shfl_sync(0xffffffffu, vbits, r));
-      v[i] = pr[i] != 0.0f ? *reinterpret_cast<const uint4*>(row + slice * 8) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int i = 0; i < 32 / kGroups; ++i) {
-      acc[0] += pr[i] * __uint_as_float(v[i].x << 16);
-      acc[1] += pr[i] * __uint_as_float(v[i].x & 0xffff0000u);
-      acc[2] += pr[i] * __uint_as_float(v[i].y << 16);
-      acc[3] += pr[i] * __uint_as_float(v[i].y & 0xffff0000u);
-      acc[4] += pr[i] * __uint_as_float(v[i].z << 16);
-      acc[5] += pr[i] * __uint_as_float(v[i].z & 0xffff0000u);
-      acc[6] += pr[i] * __uint_as_float(v[i].w << 16);
-      acc[7] += pr[i] * __uint_as_float(v[i].w & 0xffff0000u);
-    }
-    m = m_new;
-  }
-  __shared__ float sm_m[kWarps], sm_l[kWarps];
-  __shared__ float sm_acc[kWarps][kHd];
-  if (lane == 0) {
-    sm_m[warp] = m;
-    sm_l[warp] = l;
-  }
-  // Sum the row groups' slices; group 0's lanes then hold dims slice·8..+8.
-  constexpr int kLanesPerRow = kHd / 8;
-#pragma unroll
-  for (int o = kLanesPerRow; o < 32; o <<= 1) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], o);
-  }
-  if (lane < kLanesPerRow) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) sm_acc[warp][lane * 8 + i] = acc[i];
-  }
-  __syncthreads();
-  // Split: over the active splits only.
-  const bool wrote = combine_attention_row<kWarps, kHd>(sm_m, sm_l, sm_acc, kHd, out + h * kHd, split, h, z, active);
-  if constexpr (kFold) {
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
-    if (!wrote) return;
-    __syncthreads();  // the row's global writes (other threads of this block), and wo_cols
-    __shared__ __align__(16) float o[kHd];
-    for (int d = threadIdx.x; d < kHd; d += blockDim.x) o[d] = out[h * kHd + d];
     __syncthreads();
-    // parts[h][n] = Σ_d Wo[n][h·kHd + d] · o[d], d in order within each chunk: 4 rows a thread at
-    // once (independent FMA chains), rows n, n + 128, ... of them.
-    constexpr int kRows = 4;
-    for (int64_t n0 = threadIdx.x; n0 < fold.dim; n0 += kRows * blockDim.x) {
-      float acc[kRows];
+
+    float acc[8];
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
+    for (int i = 0; i < 8; ++i) acc[i] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    for (int64_t first = first0; first < end; first += kWarps * 32) {
+      const int64_t idx = first + lane;
+      float s = -INFINITY;
+      const bf16_bits* vrow = nullptr;  // this lane's value row: the cache's, or v_new
+      if (idx < end) {
+        if (idx < committed) {
+          if (first != first0) load_key(idx);
+          vrow = kv.values + slot_row(kv, idx, kvh);
+        } else {  // idx == committed: the new row
 #pragma unroll
-      for (int c = 0; c < kChunks; ++c) {
-        const float4 oa = reinterpret_cast<const float4*>(o)[2 * c], ob = reinterpret_cast<const float4*>(o)[2 * c + 1];
+          for (int c = 0; c < kChunks; ++c) kr[c] = reinterpret_cast<const uint4*>(k_new)[c];
+          vrow = v_new;
+        }
+        float dot = 0.0f;
 #pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-          const int64_t n = n0 + r * blockDim.x;
-          if (n < fold.dim) {
-            const uint4 w = wo_cols[n * kChunks + (c ^ (n % kChunks))];
-            float a = acc[r];
-            a = fmaf(__uint_as_float(w.x << 16), oa.x, a);
-            a = fmaf(__uint_as_float(w.x & 0xffff0000u), oa.y, a);
-            a = fmaf(__uint_as_float(w.y << 16), oa.z, a);
-            a = fmaf(__uint_as_float(w.y & 0xffff0000u), oa.w, a);
-            a = fmaf(__uint_as_float(w.z << 16), ob.x, a);
-            a = fmaf(__uint_as_float(w.z & 0xffff0000u), ob.y, a);
-            a = fmaf(__uint_as_float(w.w << 16), ob.z, a);
-            a = fmaf(__uint_as_float(w.w & 0xffff0000u), ob.w, a);
-            acc[r] = a;
-          }
+        for (int c = 0; c < kChunks; ++c) {
+          const uint4 w = kr[c];
+          const float* qc = qs + c * 8;
+          dot += qc[0] * __uint_as_float(w.x << 16) + qc[1] * __uint_as_float(w.x & 0xffff0000u) +
+                 qc[2] * __uint_as_float(w.y << 16) + qc[3] * __uint_as_float(w.y & 0xffff0000u) +
+                 qc[4] * __uint_as_float(w.z << 16) + qc[5] * __uint_as_float(w.z & 0xffff0000u) +
+                 qc[6] * __uint_as_float(w.w << 16) + qc[7] * __uint_as_float(w.w & 0xffff0000u);
+        }
+        s = dot;
+      }
+      const float chunk_max = warp_max(s);
+      if (chunk_max == -INFINITY) continue;
+      const float m_new = fmaxf(m, chunk_max);
+      const float corr = expf(m - m_new);
+      const float p = s == -INFINITY ? 0.0f : expf(s - m_new);
+      l = l * corr + warp_sum(p);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[i] *= corr;
+      // Lane = (row group g, 8-dim slice): rows g, g + G, ... of the chunk, dims slice·8..+8; the
+      // first chunk's committed rows were loaded before the wait, its new row is v_new.
+      float pr[kRowsPerLane];
+      uint4 v[kRowsPerLane];
+      if (first == first0) {
+#pragma unroll
+        for (int i = 0; i < kRowsPerLane; ++i) {
+          const int r = i * kGroups + g;
+          pr[i] = __shfl_sync(0xffffffffu, p, r);
+          const uint4 fresh = reinterpret_cast<const uint4*>(v_new)[slice];
+          v[i] = pr[i] == 0.0f ? make_uint4(0, 0, 0, 0) : first + r < committed ? vpre[i] : fresh;
+        }
+      } else {
+        const auto vbits = reinterpret_cast<unsigned long long>(vrow);
+#pragma unroll
+        for (int i = 0; i < kRowsPerLane; ++i) {
+          const int r = i * kGroups + g;
+          pr[i] = __shfl_sync(0xffffffffu, p, r);
+          const auto row = reinterpret_cast<const bf16_bits*>(__shfl_sync(0xffffffffu, vbits, r));
+          v[i] = pr[i] != 0.0f ? *reinterpret_cast<const uint4*>(row + slice * 8) : make_uint4(0, 0, 0, 0);
         }
       }
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        const int64_t n = n0 + r * blockDim.x;
-        if (n < fold.dim) fold.parts[h * fold.dim + n] = acc[r];
+      for (int i = 0; i < kRowsPerLane; ++i) {
+        acc[0] += pr[i] * __uint_as_float(v[i].x << 16);
+        acc[1] += pr[i] * __uint_as_float(v[i].x & 0xffff0000u);
+        acc[2] += pr[i] * __uint_as_float(v[i].y << 16);
+        acc[3] += pr[i] * __uint_as_float(v[i].y & 0xffff0000u);
+        acc[4] += pr[i] * __uint_as_float(v[i].z << 16);
+        acc[5] += pr[i] * __uint_as_float(v[i].z & 0xffff0000u);
+        acc[6] += pr[i] * __uint_as_float(v[i].w << 16);
+        acc[7] += pr[i] * __uint_as_float(v[i].w & 0xffff0000u);
       }
+      m = m_new;
+    }
+    __shared__ float sm_m[kWarps], sm_l[kWarps];
+    __shared__ float sm_acc[kWarps][kHd];
+    if (lane == 0) {
+      sm_m[warp] = m;
+      sm_l[warp] = l;
+    }
+    // Sum the row groups' slices; group 0's lanes then hold dims slice·8..+8.
+#pragma unroll
+    for (int o = kLanesPerRow; o < 32; o <<= 1) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], o);
+    }
+    if (lane < kLanesPerRow) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) sm_acc[warp][lane * 8 + i] = acc[i];
+    }
+    __syncthreads();
+    // Split: over the active splits only.
+    wrote = combine_attention_row<kWarps, kHd>(sm_m, sm_l, sm_acc, kHd, out + h * kHd, split, h, z, active);
+    if constexpr (kFold) {
+      __syncthreads();  // the row's global writes (other threads of this block)
+      for (int d = threadIdx.x; d < kHd; d += blockDim.x) o_row[d] = wrote ? out[h * kHd + d] : 0.0f;
+      if (threadIdx.x == 0) o_written = wrote;
+    }
+  }  // attends
+  if constexpr (kFold) {
+    namespace cg = cooperative_groups;
+    const cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // rank 0's o_row and o_written
+    const float* row = cluster.map_shared_rank(o_row, 0);
+    const bool written = *cluster.map_shared_rank(&o_written, 0);
+    const float4 oa = reinterpret_cast<const float4*>(row)[2 * fold_c];
+    const float4 ob = reinterpret_cast<const float4*>(row)[2 * fold_c + 1];
+    cluster.sync();  // rank 0 stays until every rank has read its shared memory
+    if (!written) return;
+    // parts[h][n] = Σ_d Wo[n][h·64 + d] · row[d]: each lane its chunk's 8 products in order, then
+    // the 8 lanes of the row summed (xor 1, 2, 4).
+    for (int s = 0; s * 16 < fold_rows; ++s) {
+      const int64_t n = fold_row0 + s * 16;
+      uint4 w = make_uint4(0, 0, 0, 0);
+      if (fold_prefetch && s < kFoldSteps) {
+#pragma unroll
+        for (int i = 0; i < kFoldSteps; ++i) w = i == s ? wpre[i] : w;
+      } else if (n < fold_end) {
+        w = wo_chunk(n);
+      }
+      float a = __uint_as_float(w.x << 16) * oa.x;
+      a = fmaf(__uint_as_float(w.x & 0xffff0000u), oa.y, a);
+      a = fmaf(__uint_as_float(w.y << 16), oa.z, a);
+      a = fmaf(__uint_as_float(w.y & 0xffff0000u), oa.w, a);
+      a = fmaf(__uint_as_float(w.z << 16), ob.x, a);
+      a = fmaf(__uint_as_float(w.z & 0xffff0000u), ob.y, a);
+      a = fmaf(__uint_as_float(w.w << 16), ob.z, a);
+      a = fmaf(__uint_as_float(w.w & 0xffff0000u), ob.w, a);
+      a += __shfl_xor_sync(0xffffffffu, a, 1);
+      a += __shfl_xor_sync(0xffffffffu, a, 2);
+      a += __shfl_xor_sync(0xffffffffu, a, 4);
+      if (fold_c == 0 && n < fold_end) fold.parts[h * fold.dim + n] = a;
     }
   }
 }
 
-template <int kHd, bool kFold>
-void launch(dim3 grid, const float* qkv, int64_t n_heads, int64_t v_col, const int32_t* positions, float theta,
-            bool adjacent, const PagedKvLayer& kv, const int32_t* step, float scale, float* out,
-            const AttentionSplit& split, const DecodeWoFold& fold, cudaStream_t stream) {
-  const size_t shared = kFold ? decode_wo_fold_shared_bytes(fold.dim, kHd) : 0;
-  if constexpr (kFold) {
-    // Past 48 KB a kernel takes dynamic shared memory only after this: once, for the largest fold.
-    static const cudaError_t raised = cudaFuncSetAttribute(
-        decode_attention_kernel<kHd, kFold>, cudaFuncAttributeMaxDynamicSharedMemorySize, int{kWoFoldMaxBytes});
-    (void)raised;  // a failure shows as the launch's error
-  }
-  launch_pdl(decode_attention_kernel<kHd, kFold>, grid, dim3(kWarps * 32), shared, stream, qkv, n_heads, v_col,
-             positions, theta, adjacent, kv, step, scale, out, split, fold);
+// The fold's grid is clustered (kFoldCtas blocks along x); the other launches are launch_pdl's.
+void launch_fold(dim3 grid, const float* qkv, int64_t n_heads, int64_t v_col, const int32_t* positions, float theta,
+                 bool adjacent, const PagedKvLayer& kv, const int32_t* step, float scale, float* out,
+                 const AttentionSplit& split, const DecodeWoFold& fold, cudaStream_t stream) {
+  cudaLaunchAttribute attributes[2] = {};
+  attributes[0].id = cudaLaunchAttributeClusterDimension;
+  attributes[0].val.clusterDim.x = kFoldCtas;
+  attributes[0].val.clusterDim.y = 1;
+  attributes[0].val.clusterDim.z = 1;
+  attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attributes[1].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(grid.x * kFoldCtas, grid.y);
+  config.blockDim = dim3(kWarps * 32);
+  config.stream = stream;
+  config.attrs = attributes;
+  config.numAttrs = programmatic_dependent_launch() ? 2 : 1;
+  // Errors surface through cudaGetLastError like a <<<>>> launch's.
+  (void)cudaLaunchKernelEx(&config, decode_attention_kernel<64, true>, qkv, n_heads, v_col, positions, theta, adjacent,
+                           kv, step, scale, out, split, fold);
 }
 
 }  // namespace
 
-size_t decode_wo_fold_shared_bytes(int64_t dim, int64_t head_dim) { return size_t(dim) * size_t(head_dim) * 2; }
-
-bool decode_wo_fold_fits(int64_t dim, int64_t head_dim) {
-  return dim > 0 && (head_dim == 64 || head_dim == 128) &&
-         decode_wo_fold_shared_bytes(dim, head_dim) <= kWoFoldMaxBytes;
-}
+bool decode_wo_fold_fits(int64_t dim, int64_t head_dim) { return dim > 0 && head_dim == 64; }
 
 bool decode_attention_at(const float* qkv, int64_t n_heads, int64_t v_col, const int32_t* positions, float theta,
                          bool adjacent, const PagedKvLayer& kv, const int32_t* step, float scale, float* out,
                          const AttentionSplit& split, cudaStream_t stream, const DecodeWoFold* fold) {
   if (kv.n_kv_heads <= 0 || n_heads % kv.n_kv_heads != 0) return false;
+  const dim3 grid(static_cast<unsigned>(n_heads), static_cast<unsigned>(split.splits > 1 ? split.splits : 1));
   if (fold) {
     const bool aligned = reinterpret_cast<uintptr_t>(fold->wo) % 16 == 0 && fold->wo_ld % 8 == 0;
     if (!decode_wo_fold_fits(fold->dim, kv.head_dim) || !aligned || fold->wo_ld < n_heads * kv.head_dim ||
         fold->parts == nullptr) {
       return false;
     }
+    launch_fold(grid, qkv, n_heads, v_col, positions, theta, adjacent, kv, step, scale, out, split, *fold, stream);
+    return true;
   }
-  const dim3 grid(static_cast<unsigned>(n_heads), static_cast<unsigned>(split.splits > 1 ? split.splits : 1));
-  const DecodeWoFold none{};
+  const dim3 block(kWarps * 32);
   if (kv.head_dim == 64) {
-    if (fold) {
-      launch<64, true>(grid, qkv, n_heads, v_col, positions, theta, adjacent, kv, step, scale, out, split, *fold,
-                       stream);
-    } else {
-      launch<64, false>(grid, qkv, n_heads, v_col, positions, theta, adjacent, kv, step, scale, out, split, none,
-                        stream);
-    }
+    launch_pdl(decode_attention_kernel<64, false>, grid, block, 0, stream, qkv, n_heads, v_col, positions, theta,
+               adjacent, kv, step, scale, out, split, DecodeWoFold{});
   } else if (kv.head_dim == 128) {
-    if (fold) {
-      launch<128, true>(grid, qkv, n_heads, v_col, positions, theta, adjacent, kv, step, scale, out, split, *fold,
-                        stream);
-    } else {
-      launch<128, false>(grid, qkv, n_heads, v_col, positions, theta, adjacent, kv, step, scale, out, split, none,
-                         stream);
-    }
+    launch_pdl(decode_attention_kernel<128, false>, grid, block, 0, stream, qkv, n_heads, v_col, positions, theta,
+               adjacent, kv, step, scale, out, split, DecodeWoFold{});
   } else {
     return false;
   }

@@ -6,18 +6,18 @@
 // value enter the scores and the weighted sum from shared memory, rounded to bf16 as the cache
 // holds them, so no block waits for another block's append. One launch fewer a layer, and the
 // RoPE angles, the step and the first keys are read before the wait for the QKV projection.
-#include <cstddef>
 #include <cstdint>
 
 #include "kernels/cuda/model_ops.h"
 
 namespace specula::cuda {
 
-// The attention output projection folded into the decode attention launch (x += Wo · att, the
-// next launch fewer a layer): the block that writes query head h's row multiplies it by Wo's
-// columns [h·head_dim, (h+1)·head_dim) and writes those dim partial sums to parts[h·dim ..]. The
-// caller adds the heads' parts to the residual in head order (decode_ffn.h does, for the FFN
-// launch after it). wo: (dim, wo_ld) row-major bf16, 16-byte aligned, wo_ld a multiple of 8.
+// The attention output projection folded into the decode attention launch (x += Wo · att, one
+// launch fewer a layer): the launch runs in clusters of 8 blocks per head, which load Wo's
+// columns [h·head_dim, (h+1)·head_dim) (an eighth of the rows each) before the wait and, once
+// the head's row is known, write those dim partial sums to parts[h·dim ..]. The caller adds the
+// heads' parts to the residual in head order (decode_ffn.h does, in the FFN launch after it).
+// wo: (dim, wo_ld) row-major bf16, 16-byte aligned, wo_ld a multiple of 8.
 struct DecodeWoFold {
   const bf16_bits* wo = nullptr;
   int64_t wo_ld = 0;       // Wo's row length: n_heads · head_dim
@@ -25,10 +25,7 @@ struct DecodeWoFold {
   float* parts = nullptr;  // (n_heads, dim) f32
 };
 
-// Wo's columns of one head live in the block's shared memory: dim · head_dim bf16.
-inline constexpr size_t kWoFoldMaxBytes = 160 * 1024;
-size_t decode_wo_fold_shared_bytes(int64_t dim, int64_t head_dim);
-// Whether decode_attention_at takes a fold of this shape (head_dim 64 or 128, the columns fit).
+// Whether decode_attention_at takes a fold of this shape: head_dim 64 (the fold's lane layout).
 bool decode_wo_fold_fits(int64_t dim, int64_t head_dim);
 
 // qkv: the token's projection, f32: query heads at 0, key heads at n_heads·head_dim, value

@@ -27,8 +27,9 @@ TEST_F(DecodeFfnTest, MatchesCpuForEachPrefetchDepth) {
     int parts;
   };
   // SmolLM2's (3 steps before the wait), a column count off the 8 warps with the 1-step variant
-  // (K > 1024), the 4-step variant with the most parts.
-  for (const Shape sh : {Shape{1536, 576, 9}, Shape{100, 1040, 3}, Shape{64, 1024, kDecodeFfnMaxParts}}) {
+  // (K > 1024), the 4-step variant past 48 KB of shared memory, the most parts.
+  for (const Shape sh :
+       {Shape{1536, 576, 9}, Shape{100, 1040, 3}, Shape{64, 1024, 16}, Shape{72, 512, kDecodeFfnMaxParts}}) {
     const int64_t F = sh.ffn, K = sh.K;
     const auto w = bf16_weights(2 * F * K, 0.05f);
     const auto x = random(K, 2.0f), parts = random(sh.parts * K, 0.5f), gamma = random(K, 1.5f);
