@@ -17,6 +17,7 @@ class CpuSession final : public BackendSession {
   Status commit(std::span<const int> keep_rows) override { return kv_.commit(keep_rows); }
   void commit_all() override { kv_.commit_all(); }
   void rollback() override { kv_.rollback(); }
+  Status truncate(int64_t rows) override { return kv_.truncate(rows); }
   int64_t committed() const override { return kv_.committed(); }
   int64_t capacity() const override { return kv_.capacity(); }
 

@@ -716,6 +716,14 @@ class CudaSession final : public BackendSession {
     provisional_ = 0;
   }
   void rollback() override { (void)finish(0); }
+  Status truncate(int64_t rows) override {
+    if (rows < 0 || rows > committed_) {
+      return make_error("KV truncate: " + std::to_string(rows) + " rows outside 0.." + std::to_string(committed_));
+    }
+    committed_ = rows;
+    provisional_ = 0;
+    return finish(0);  // the block min/max of the cut block, over the rows left in it
+  }
   int64_t committed() const override { return committed_; }
   int64_t capacity() const override { return capacity_; }
 

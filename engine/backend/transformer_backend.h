@@ -26,6 +26,8 @@ class BackendSession {
   virtual Status commit(std::span<const int> keep_rows) = 0;
   virtual void commit_all() = 0;
   virtual void rollback() = 0;
+  // Drops every provisional row and the committed rows past `rows` (0..committed()).
+  virtual Status truncate(int64_t rows) = 0;
   virtual int64_t committed() const = 0;
   virtual int64_t capacity() const = 0;
 };

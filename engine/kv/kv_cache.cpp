@@ -162,6 +162,17 @@ void KvCache::rollback() {
   recompute_min_max(committed_ / config_.block_size, (old_end + config_.block_size - 1) / config_.block_size);
 }
 
+Status KvCache::truncate(int64_t rows) {
+  if (rows < 0 || rows > committed_) {
+    return make_error("KV truncate: " + std::to_string(rows) + " rows outside 0.." + std::to_string(committed_));
+  }
+  const int64_t old_end = size();
+  committed_ = rows;
+  provisional_ = 0;
+  recompute_min_max(rows / config_.block_size, (old_end + config_.block_size - 1) / config_.block_size);
+  return {};
+}
+
 void KvCache::clear() {
   committed_ = 0;
   provisional_ = 0;

@@ -61,6 +61,9 @@ class KvCache {
   void commit_all();  // every provisional row, in order
   void rollback();    // drops every provisional row
   void clear();       // drops everything
+  // Drops every provisional row and the committed rows past `rows` (0..committed()): the cache as
+  // it stood with `rows` committed rows (a drafter's committed path, dropped after the round).
+  Status truncate(int64_t rows);
 
   // Views of block `block` (rows [block·B, block·B + B)) of (layer, KV head). Rows beyond
   // size() hold stale data.

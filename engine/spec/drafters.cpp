@@ -151,20 +151,38 @@ class TransformerDrafter final : public Drafter {
     // Room for the deepest draft path as provisional rows (the target checks its own context).
     if (kv.committed() + request.shape.max_nodes() > kv.capacity()) return DraftTree{};
 
-    const auto base = static_cast<int32_t>(kv.committed());
+    // The draft path grows one token a step: each step forwards only the tokens past the longest
+    // prefix it shares with the path already in the draft KV (committed rows base, base + 1, ...),
+    // cut back to it first. Re-running the whole path every step, as before, made a chain of K
+    // cost K forwards of 1..K rows, each a separate graph shape on the CUDA backend. The path's
+    // rows are dropped after the round, so the draft KV again holds `seen_` only.
+    const int64_t base = kv.committed();
+    std::vector<int32_t> path;  // tokens at rows base, base + 1, ...
     const DraftDistributionFn next = [&](std::span<const int32_t> prefix) -> Expected<DraftDistribution> {
       if (prefix.empty()) return apply_sampling_filters(root_logits_, request.filters);
-      std::vector<int32_t> positions(prefix.size());
-      std::iota(positions.begin(), positions.end(), base);
-      auto s = kv.forward(prefix, positions, nullptr, logits_, LogitRows::Last);
-      kv.rollback();  // the path's rows are provisional and never outlive this call
-      if (!s) return s.error();
+      size_t keep = 0;
+      while (keep < path.size() && keep + 1 < prefix.size() && path[keep] == prefix[keep]) ++keep;
+      if (keep < path.size()) {
+        stats_.rollback_tokens += static_cast<int64_t>(path.size() - keep);
+        if (auto cut = kv.truncate(base + static_cast<int64_t>(keep)); !cut) return cut.error();
+        path.resize(keep);
+      }
+      const auto fresh = prefix.subspan(keep);
+      std::vector<int32_t> positions(fresh.size());
+      std::iota(positions.begin(), positions.end(), static_cast<int32_t>(base + static_cast<int64_t>(keep)));
+      if (auto s = kv.forward(fresh, positions, nullptr, logits_, LogitRows::Last); !s) {
+        kv.rollback();
+        return s.error();
+      }
+      kv.commit_all();
+      path.insert(path.end(), fresh.begin(), fresh.end());
       ++stats_.draft_forwards;
-      stats_.draft_tokens += static_cast<int64_t>(prefix.size());
-      stats_.rollback_tokens += static_cast<int64_t>(prefix.size());
+      stats_.draft_tokens += static_cast<int64_t>(fresh.size());
       return apply_sampling_filters(logits_, request.filters);
     };
     auto tree = build_draft_tree(request.shape, next, request.choice, request.rng);
+    stats_.rollback_tokens += static_cast<int64_t>(path.size());
+    if (auto cut = kv.truncate(base); !cut) return make_error(name_ + ": " + cut.error().message);
     if (!tree) return make_error(name_ + ": " + tree.error().message);
     return tree;
   }

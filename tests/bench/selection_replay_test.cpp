@@ -1,6 +1,7 @@
 #include "bench/selection_replay.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -35,7 +36,10 @@ std::vector<char> small_file(std::vector<int32_t> order = {0, 1, 2, 3}) {
 }
 
 std::string write_temp(const std::vector<char>& bytes, const std::string& name) {
-  const auto path = std::filesystem::temp_directory_path() / ("selection_replay_test_" + name + ".bin");
+  // The process id in the name: ctest runs each test as its own process, in parallel, and two
+  // of them writing one path let a reader see a half-written file (a crash in -j2 runs).
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("selection_replay_test_" + std::to_string(getpid()) + "_" + name + ".bin");
   std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   return path.string();
 }

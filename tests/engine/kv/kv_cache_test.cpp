@@ -143,6 +143,31 @@ TEST(KvCache, RollbackRestoresBounds) {
   expect_matches(kv, s);
 }
 
+// Truncating committed rows (a drafter drops its draft path after the round): the cut block's
+// bounds cover only the rows left in it, and appends continue from the cut.
+TEST(KvCache, TruncateDropsCommittedRowsAndTheirBounds) {
+  KvCache kv = make(8);
+  Shadow s;
+  s.append(kv, 11);
+  kv.commit_all();
+  s.append(kv, 7);  // committed rows 11..17, then 3 provisional ones
+  kv.commit_all();
+  s.append(kv, 3);
+  EXPECT_FALSE(kv.truncate(19).ok()) << "past the committed rows";
+  EXPECT_FALSE(kv.truncate(-1).ok());
+  ASSERT_TRUE(kv.truncate(11).ok());
+  EXPECT_EQ(kv.committed(), 11);
+  EXPECT_EQ(kv.provisional(), 0);
+  s.keys.resize(11);
+  s.values.resize(11);
+  expect_matches(kv, s);
+  s.append(kv, 6);  // continues at row 11, in the cut block
+  kv.commit_all();
+  expect_matches(kv, s);
+  ASSERT_TRUE(kv.truncate(0).ok());
+  EXPECT_EQ(kv.committed(), 0);
+}
+
 TEST(KvCache, CommitCompactsAcceptedRowsInOrder) {
   for (bool in_order : {true, false}) {
     KvCache kv = make(8);

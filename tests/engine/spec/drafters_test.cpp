@@ -3,16 +3,17 @@
 #include "engine/spec/drafters.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <memory>
-
-#include <unistd.h>
-
 #include <nlohmann/json.hpp>
+#include <numeric>
 
 #include "engine/backend/cuda_backend.h"
+#include "engine/backend/transformer_backend.h"
+#include "engine/spec/sampling_filters.h"
 
 namespace specula {
 namespace {
@@ -109,7 +110,8 @@ TEST(ModelDrafter, RefusesAnotherTokenizer) {
   // The same model with two vocabulary entries swapped: same size, different ids.
   const fs::path dir = fs::temp_directory_path() / ("specula_drafter_tok_" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  for (const char* f : {"config.json", "model.safetensors"}) fs::copy_file(kTiny / f, dir / f, fs::copy_options::overwrite_existing);
+  for (const char* f : {"config.json", "model.safetensors"})
+    fs::copy_file(kTiny / f, dir / f, fs::copy_options::overwrite_existing);
   nlohmann::json tok = nlohmann::json::parse(std::ifstream(kTiny / "tokenizer.json"));
   auto& vocab = tok["model"]["vocab"];
   const auto a = vocab["a"].get<int>();
@@ -136,16 +138,17 @@ TEST(TransformerDrafters, KeepTheirKvInStepAndRollBackDrafts) {
   auto first = (*drafter)->draft(seq, request("chain:3"));
   ASSERT_TRUE(first.ok()) << first.error().message;
   EXPECT_EQ(first->size(), 3);
-  // 4 prompt tokens fed once, then prefixes of 1 and 2 draft tokens, each rolled back.
-  EXPECT_EQ((*drafter)->stats().draft_tokens, 4 + 1 + 2);
-  EXPECT_EQ((*drafter)->stats().rollback_tokens, 1 + 2);
+  // 4 prompt tokens fed once, then the path one draft token a step (the distributions after 1
+  // and 2 draft tokens), both path rows dropped after the round.
+  EXPECT_EQ((*drafter)->stats().draft_tokens, 4 + 1 + 1);
+  EXPECT_EQ((*drafter)->stats().rollback_tokens, 2);
   // The sequence grows by two tokens: only those two are fed, and the same sequence drafted by
   // a fresh drafter gives the same tree.
   seq.push_back(first->node(0).token);
   seq.push_back(77);
   auto second = (*drafter)->draft(seq, request("chain:3"));
   ASSERT_TRUE(second.ok());
-  EXPECT_EQ((*drafter)->stats().draft_tokens, 7 + 2 + 1 + 2);
+  EXPECT_EQ((*drafter)->stats().draft_tokens, 6 + 2 + 1 + 1);
   auto fresh = make_layerskip_drafter(*target, "first:1", {1});
   auto again = (*fresh)->draft(seq, request("chain:3"));
   ASSERT_TRUE(again.ok());
@@ -163,6 +166,49 @@ TEST(TransformerDrafters, KeepTheirKvInStepAndRollBackDrafts) {
   ASSERT_TRUE(back.ok());
   ASSERT_EQ(back->size(), again->size());
   for (int i = 0; i < back->size(); ++i) EXPECT_EQ(back->node(i).token, again->node(i).token);
+}
+
+// A branching tree: the drafter cuts its draft path back to the prefix a node shares with the
+// last one and feeds only the rest, so every node must get the distribution one forward of the
+// whole sequence and prefix gives in a fresh cache (the CPU backend computes each row the same way
+// in both, so tokens and probabilities agree exactly).
+TEST(TransformerDrafters, BranchingTreesMatchWholePrefixForwards) {
+  auto target = load(kTiny);
+  ASSERT_TRUE(target);
+  auto drafter = make_model_drafter(*target, load(kTiny));
+  ASSERT_TRUE(drafter.ok()) << drafter.error().message;
+  auto reference_model = load(kTiny);
+  ASSERT_TRUE(reference_model);
+  BackendOptions cpu;
+  cpu.kind = "cpu";
+  auto backend = make_backend(*reference_model, cpu);
+  ASSERT_TRUE(backend.ok()) << backend.error().message;
+  std::vector<int32_t> seq = {1, 400, 500, 600, 700};
+  for (const char* shape : {"static:3,2,2", "dynamic:4,3,12", "chain:4"}) {
+    const DraftRequest req = request(shape);
+    auto got = (*drafter)->draft(seq, req);
+    ASSERT_TRUE(got.ok()) << shape << ": " << got.error().message;
+    std::vector<float> logits(static_cast<size_t>(reference_model->config.vocab_size));
+    const DraftDistributionFn whole = [&](std::span<const int32_t> prefix) -> Expected<DraftDistribution> {
+      auto session = (*backend)->start(16, 0);
+      if (!session) return session.error();
+      std::vector<int32_t> tokens(seq);
+      tokens.insert(tokens.end(), prefix.begin(), prefix.end());
+      std::vector<int32_t> positions(tokens.size());
+      std::iota(positions.begin(), positions.end(), 0);
+      if (auto ok = (*session)->forward(tokens, positions, nullptr, logits, LogitRows::Last); !ok) return ok.error();
+      return apply_sampling_filters(logits, req.filters);
+    };
+    auto want = build_draft_tree(req.shape, whole, req.choice);
+    ASSERT_TRUE(want.ok()) << want.error().message;
+    ASSERT_EQ(got->size(), want->size()) << shape;
+    for (int i = 0; i < want->size(); ++i) {
+      EXPECT_EQ(got->node(i).token, want->node(i).token) << shape << " node " << i;
+      EXPECT_EQ(got->node(i).parent, want->node(i).parent) << shape << " node " << i;
+      EXPECT_FLOAT_EQ(got->node(i).draft_prob, want->node(i).draft_prob) << shape << " node " << i;
+    }
+    seq.push_back(got->node(0).token);  // the next round drafts after one more token
+  }
 }
 
 TEST(TransformerDrafters, CudaPlacementWithoutAGpuIsRefused) {
