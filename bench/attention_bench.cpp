@@ -21,8 +21,10 @@ const char* const specula::bench::kBenchName = "bench_attention";
 
 namespace {
 
+using specula::bench::check_ok;
 using specula::bench::dalloc;
 using specula::bench::median_ms;
+using specula::bench::sparse_read_bytes;
 
 using namespace specula::cuda;
 
@@ -108,10 +110,7 @@ int main(int argc, char** argv) {
         void* ws = dalloc(ws_bytes);
         const double ms = median_ms(
             [&](int i) {
-              if (!tree_attention_dense(kv_of(i % copies), tq, out, ws, ws_bytes, nullptr, &error)) {
-                std::fprintf(stderr, "bench_attention: %s\n", error.c_str());
-                std::exit(1);
-              }
+              check_ok(tree_attention_dense(kv_of(i % copies), tq, out, ws, ws_bytes, nullptr, &error), error);
             },
             iterations);
         dense_ms = ms;
@@ -149,10 +148,7 @@ int main(int argc, char** argv) {
         void* sws = dalloc(sws_bytes);
         void* aws = dalloc(aws_bytes);
         auto select = [&](int i) {
-          if (!select_blocks(kv_of(i % copies), tq, sp, &lists, sws, sws_bytes, nullptr, nullptr, &error)) {
-            std::fprintf(stderr, "bench_attention: %s\n", error.c_str());
-            std::exit(1);
-          }
+          check_ok(select_blocks(kv_of(i % copies), tq, sp, &lists, sws, sws_bytes, nullptr, nullptr, &error), error);
         };
         const double select_ms = median_ms(select, iterations);
         select(0);
@@ -173,15 +169,12 @@ int main(int argc, char** argv) {
         }
         const double attn_ms = median_ms(
             [&](int i) {
-              if (!tree_attention_sparse(kv_of(i % copies), tq, lists, out, aws, aws_bytes, nullptr, &error)) {
-                std::fprintf(stderr, "bench_attention: %s\n", error.c_str());
-                std::exit(1);
-              }
+              check_ok(tree_attention_sparse(kv_of(i % copies), tq, lists, out, aws, aws_bytes, nullptr, &error),
+                       error);
             },
             iterations);
-        const double list_bytes = loaded * 12.0 + groups * kv_heads * 4.0;
-        const double unique_bytes = unique * 2 * kBlockBytes + list_bytes + io_bytes;
-        const double loaded_bytes = loaded * 2 * kBlockBytes + list_bytes + io_bytes;
+        const auto [unique_bytes, loaded_bytes, list_bytes] =
+            sparse_read_bytes(unique, loaded, double(groups) * kv_heads, kBlockBytes, io_bytes);
         const int selectors = (nodes + selector_stride(tq, sp) - 1) / selector_stride(tq, sp);
         const double select_bytes = 2.0 * nblocks * kv_heads * kAttnHeadDim * 2 + nblocks * 4.0 +
                                     selectors * (q_heads * kAttnHeadDim * 2.0) + list_bytes;

@@ -26,6 +26,27 @@ inline void check_cuda(cudaError_t error, const char* call) {
   std::exit(1);
 }
 
+// A kernel entry point that returned false: the bench's error line with its message, exit 1.
+inline void check_ok(bool ok, const std::string& error) {
+  if (ok) return;
+  std::fprintf(stderr, "%s: %s\n", kBenchName, error.c_str());
+  std::exit(1);
+}
+
+// Bytes a sparse tree-attention call must read, as bench_attention and bench_union_replay count
+// them: K and V of every listed block (kv_block_bytes each), once per kv head for `unique`, once
+// per list entry for `loaded`; the lists (12 B an entry: block id and member mask, 4 B a list's
+// count); and io_bytes (queries, outputs, ancestor masks).
+struct SparseReadBytes {
+  double unique, loaded, lists;  // lists: the list bytes alone (in both totals)
+};
+inline SparseReadBytes sparse_read_bytes(double blocks_unique, double blocks_loaded, double lists,
+                                         double kv_block_bytes, double io_bytes) {
+  const double list_bytes = blocks_loaded * 12.0 + lists * 4.0;
+  return {blocks_unique * 2 * kv_block_bytes + list_bytes + io_bytes,
+          blocks_loaded * 2 * kv_block_bytes + list_bytes + io_bytes, list_bytes};
+}
+
 }  // namespace specula::bench
 
 #define CHECK_CUDA(call) ::specula::bench::check_cuda((call), #call)

@@ -40,7 +40,10 @@ const char* const specula::bench::kBenchName = "bench_union_replay";
 
 namespace {
 
+using specula::bench::check_ok;
+using specula::bench::dalloc;
 using specula::bench::median_ms;
+using specula::bench::sparse_read_bytes;
 
 using namespace specula::cuda;
 using specula::bench::HeadSource;
@@ -277,21 +280,17 @@ int main(int argc, char** argv) {
             BlockLists lists{upload(hl.blocks), upload(hl.members), upload(hl.counts),
                              hl.groups,         hl.group_size,      hl.max_blocks};
             const size_t ws_bytes = attention_workspace_bytes(tq, kv_heads, hl.groups, hl.group_size, hl.max_blocks);
-            void* ws = nullptr;
-            CHECK_CUDA(cudaMalloc(&ws, std::max<size_t>(ws_bytes, 256)));
+            void* ws = dalloc(ws_bytes);
             uint16_t* out = m == 0 ? out_pq : out_gu;
             CHECK_CUDA(cudaMemset(out, 0xff, kvp.q.size() * 2));  // NaN: every element must be written
             const double ms = median_ms(
                 [&](int i) {
-                  if (!tree_attention_sparse(kv_of(i % copies), tq, lists, out, ws, ws_bytes, nullptr, &error)) {
-                    std::fprintf(stderr, "bench_union_replay: %s\n", error.c_str());
-                    std::exit(1);
-                  }
+                  check_ok(tree_attention_sparse(kv_of(i % copies), tq, lists, out, ws, ws_bytes, nullptr, &error),
+                           error);
                 },
                 iterations);
-            const double list_bytes = double(counts.loaded) * 12.0 + hl.groups * kv_heads * 4.0;
-            const double unique_bytes = double(counts.unique) * 2 * kBlockBytes + list_bytes + io_bytes;
-            const double loaded_bytes = double(counts.loaded) * 2 * kBlockBytes + list_bytes + io_bytes;
+            const auto bytes = sparse_read_bytes(double(counts.unique), double(counts.loaded),
+                                                 double(hl.groups) * kv_heads, kBlockBytes, io_bytes);
             const std::string mode = m == 0 ? "per_query" : m == 1 ? "group_union" : "group_union_capacity";
             rows.push_back({{"shape", shape},
                             {"overlap", overlap},
@@ -310,12 +309,12 @@ int main(int argc, char** argv) {
                             {"blocks_loaded", counts.loaded},
                             {"blocks_unique", counts.unique},
                             {"ms", ms},
-                            {"bytes_unique", unique_bytes},
-                            {"bytes_loaded", loaded_bytes},
-                            {"GBps_unique", unique_bytes / ms / 1e6},
-                            {"GBps_loaded", loaded_bytes / ms / 1e6}});
+                            {"bytes_unique", bytes.unique},
+                            {"bytes_loaded", bytes.loaded},
+                            {"GBps_unique", bytes.unique / ms / 1e6},
+                            {"GBps_loaded", bytes.loaded / ms / 1e6}});
             auto& s = sums[{overlap, nodes, mode}];
-            s[0] += ms, s[1] += unique_bytes, s[2] += loaded_bytes, s[3] += 1, s[4] += double(counts.loaded);
+            s[0] += ms, s[1] += bytes.unique, s[2] += bytes.loaded, s[3] += 1, s[4] += double(counts.loaded);
             cudaFree(ws);
             cudaFree(lists.blocks);
             cudaFree(lists.members);

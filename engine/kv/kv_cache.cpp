@@ -156,10 +156,7 @@ void KvCache::commit_all() {
 }
 
 void KvCache::rollback() {
-  if (provisional_ == 0) return;
-  const int64_t old_end = size();
-  provisional_ = 0;
-  recompute_min_max(committed_ / config_.block_size, (old_end + config_.block_size - 1) / config_.block_size);
+  if (provisional_ > 0) (void)truncate(committed_);  // cannot fail: committed_ is in range
 }
 
 Status KvCache::truncate(int64_t rows) {

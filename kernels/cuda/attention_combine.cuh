@@ -1,5 +1,5 @@
 #pragma once
-// The end of a one-query attention block, shared by model_ops.cu's attention_kernel and
+// The score and the end of a one-query attention block, shared by model_ops.cu's attention_kernel and
 // decode_attention.cu's fused decode kernel (the two must give the same bits): the warps' online
 // softmax states (max, sum, unnormalised values in shared memory) combined into one row, written
 // as the output, or, with the context split over several blocks, into this block's partial slot,
@@ -10,6 +10,15 @@
 #include "kernels/cuda/model_ops.h"
 
 namespace specula::cuda {
+
+// q · k over 8 dimensions: q in f32, k as 8 bf16 in one 16-byte load (a bf16 is the upper half of
+// an f32), summed in this one order by both kernels' score loops (`dot += key_dot8(...)`).
+__device__ __forceinline__ float key_dot8(const float* q, uint4 w) {
+  return q[0] * __uint_as_float(w.x << 16) + q[1] * __uint_as_float(w.x & 0xffff0000u) +
+         q[2] * __uint_as_float(w.y << 16) + q[3] * __uint_as_float(w.y & 0xffff0000u) +
+         q[4] * __uint_as_float(w.z << 16) + q[5] * __uint_as_float(w.z & 0xffff0000u) +
+         q[6] * __uint_as_float(w.w << 16) + q[7] * __uint_as_float(w.w & 0xffff0000u);
+}
 
 // sm_m, sm_l: (kWarps) per-warp max and sum; sm_acc: (kWarps, kStride) unnormalised values, hd of
 // each row used. out: the pair's hd outputs. With parts > 1, slot is this block's part of the

@@ -258,11 +258,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
 #pragma unroll 4
         for (int64_t c = 0; c < hd / 8; ++c) {
           const uint4 w = k[c];
-          const float* qc = qs + c * 8;
-          dot += qc[0] * __uint_as_float(w.x << 16) + qc[1] * __uint_as_float(w.x & 0xffff0000u) +
-                 qc[2] * __uint_as_float(w.y << 16) + qc[3] * __uint_as_float(w.y & 0xffff0000u) +
-                 qc[4] * __uint_as_float(w.z << 16) + qc[5] * __uint_as_float(w.z & 0xffff0000u) +
-                 qc[6] * __uint_as_float(w.w << 16) + qc[7] * __uint_as_float(w.w & 0xffff0000u);
+          dot += key_dot8(qs + c * 8, w);
         }
         s = dot;
       }

@@ -100,6 +100,30 @@ __device__ __forceinline__ int chunk_entries(const KernelArgs& a, int count) {
   return (per + a.stage_blocks - 1) / a.stage_blocks * a.stage_blocks;
 }
 
+// A chunk kernel CTA's share of its (group, kv head) list: entries [begin, begin + n_entries) of
+// the list at list_base (a dense list is logical blocks 0..max_blocks-1, no storage).
+struct ChunkRange {
+  size_t list_base;
+  int begin, n_entries;
+};
+__device__ __forceinline__ ChunkRange chunk_range(const KernelArgs& a, int chunk, int kvh, int group) {
+  const int count = a.list_blocks ? a.list_counts[group * a.kv_heads + kvh] : a.max_blocks;
+  const int per_chunk = chunk_entries(a, count);
+  const int begin = chunk * per_chunk;
+  return {(size_t(group) * a.kv_heads + kvh) * a.max_blocks, begin, max(0, min(count, begin + per_chunk) - begin)};
+}
+
+// Entry `entry` of a CTA's range: its logical block (-1 past the range) and physical block, and,
+// where want_members (one thread of a loading team) and the list is sparse, its member nodes.
+__device__ __forceinline__ void fetch_entry(const KernelArgs& a, const ChunkRange& r, int entry, bool want_members,
+                                            int& logical, int& phys, uint64_t& members) {
+  logical = -1;
+  if (entry >= r.n_entries) return;
+  logical = a.list_blocks ? a.list_blocks[r.list_base + r.begin + entry] : r.begin + entry;
+  phys = a.block_table[logical];
+  if (a.list_blocks && want_members) members = a.list_members[r.list_base + r.begin + entry];
+}
+
 // MT: 16-row tiles per warp (B fragments shared by them); NB: KV blocks per pipeline stage (one
 // barrier per stage); NBC: blocks per softmax update (NB / NBC updates a stage; fewer live S
 // registers); STAGES: stages in the ring (STAGES - 1 in flight); WARPS: most warps a CTA may have
@@ -124,12 +148,8 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
   const int chunk = blockIdx.x, kvh = blockIdx.y, group = blockIdx.z / a.row_splits;
   const int cta_row0 = blockIdx.z % a.row_splits * a.cta_rows;
   const int gqa = a.q_heads / a.kv_heads;
-  const size_t list_base = (size_t(group) * a.kv_heads + kvh) * a.max_blocks;
-  const int count = a.list_blocks ? a.list_counts[group * a.kv_heads + kvh] : a.max_blocks;
-  const int per_chunk = chunk_entries(a, count);
-  const int begin = chunk * per_chunk;
-  const int n_entries = max(0, min(count, begin + per_chunk) - begin);
-  const int n_stages = (n_entries + NB - 1) / NB;
+  const ChunkRange range = chunk_range(a, chunk, kvh, group);
+  const int n_stages = (range.n_entries + NB - 1) / NB;
 
   // Loading: the CTA's threads form NB teams, team b copies block b of each stage, so each thread
   // needs one physical block id per stage, fetched one stage early (off the issue path).
@@ -137,13 +157,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
   int next_logical = -1, next_phys = -1;
   uint64_t next_members = ~0ull;
   auto fetch = [&](int st) {
-    const int entry = st * NB + my_blk;
-    next_logical = -1;
-    if (entry < n_entries) {
-      next_logical = a.list_blocks ? a.list_blocks[list_base + begin + entry] : begin + entry;
-      next_phys = a.block_table[next_logical];
-      if (a.list_blocks && my_t == 0) next_members = a.list_members[list_base + begin + entry];
-    }
+    fetch_entry(a, range, st * NB + my_blk, my_t == 0, next_logical, next_phys, next_members);
   };
   auto issue = [&](int slot) {
     if (next_logical >= 0) {
@@ -257,7 +271,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
 #pragma unroll
     for (int b = 0; b < NB; ++b) whole = whole && logical[b] >= 0 && (logical[b] + 1) * B <= a.prefix_len;
 
-    // The stage's blocks in steps of NBC: QK^T, one softmax update, PV per step.
+      // The stage's blocks in steps of NBC: QK^T, one softmax update, PV per step.
 #pragma unroll
     for (int b0 = 0; b0 < NB; b0 += NBC) {
       // S = Q K^T (unscaled): per tile, 16 rows x NBC*16 keys as 2*NBC n-tiles of 8 keys.

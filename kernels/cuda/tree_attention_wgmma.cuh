@@ -219,12 +219,8 @@ __global__ void __launch_bounds__(WG * 128, MINB) tree_attention_wgmma_kernel(Ke
   const int chunk = blockIdx.x, kvh = blockIdx.y, group = blockIdx.z / a.row_splits;
   const int cta_row0 = blockIdx.z % a.row_splits * a.cta_rows;
   const int gqa = a.q_heads / a.kv_heads;
-  const size_t list_base = (size_t(group) * a.kv_heads + kvh) * a.max_blocks;
-  const int count = a.list_blocks ? a.list_counts[group * a.kv_heads + kvh] : a.max_blocks;
-  const int per_chunk = chunk_entries(a, count);
-  const int begin = chunk * per_chunk;
-  const int n_entries = max(0, min(count, begin + per_chunk) - begin);
-  const int n_stages = (n_entries + NB - 1) / NB;
+  const ChunkRange range = chunk_range(a, chunk, kvh, group);
+  const int n_stages = (range.n_entries + NB - 1) / NB;
 
   // Loading as the mma.sync kernel: NB teams, team b copies block b of each stage into keys
   // 16b..16b+15 of the stage's swizzled tiles; block ids fetched one stage early.
@@ -232,13 +228,7 @@ __global__ void __launch_bounds__(WG * 128, MINB) tree_attention_wgmma_kernel(Ke
   int next_logical = -1, next_phys = -1;
   uint64_t next_members = ~0ull;
   auto fetch = [&](int st) {
-    const int entry = st * NB + my_blk;
-    next_logical = -1;
-    if (entry < n_entries) {
-      next_logical = a.list_blocks ? a.list_blocks[list_base + begin + entry] : begin + entry;
-      next_phys = a.block_table[next_logical];
-      if (a.list_blocks && my_t == 0) next_members = a.list_members[list_base + begin + entry];
-    }
+    fetch_entry(a, range, st * NB + my_blk, my_t == 0, next_logical, next_phys, next_members);
   };
   auto issue = [&](int slot) {
     __nv_bfloat16* kd = ks + slot * kStageElems;
