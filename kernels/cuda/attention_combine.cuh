@@ -20,6 +20,19 @@ __device__ __forceinline__ float key_dot8(const float* q, uint4 w) {
          q[6] * __uint_as_float(w.w << 16) + q[7] * __uint_as_float(w.w & 0xffff0000u);
 }
 
+// acc += p · v over 8 dimensions, v as 8 bf16 in one 16-byte load: the value side of both
+// kernels' online softmax.
+__device__ __forceinline__ void add_weighted_value8(float (&acc)[8], float p, uint4 v) {
+  acc[0] += p * __uint_as_float(v.x << 16);
+  acc[1] += p * __uint_as_float(v.x & 0xffff0000u);
+  acc[2] += p * __uint_as_float(v.y << 16);
+  acc[3] += p * __uint_as_float(v.y & 0xffff0000u);
+  acc[4] += p * __uint_as_float(v.z << 16);
+  acc[5] += p * __uint_as_float(v.z & 0xffff0000u);
+  acc[6] += p * __uint_as_float(v.w << 16);
+  acc[7] += p * __uint_as_float(v.w & 0xffff0000u);
+}
+
 // sm_m, sm_l: (kWarps) per-warp max and sum; sm_acc: (kWarps, kStride) unnormalised values, hd of
 // each row used. out: the pair's hd outputs. With parts > 1, slot is this block's part of the
 // pair's `parts` (slots are split.splits apart per pair) and split holds the workspace.

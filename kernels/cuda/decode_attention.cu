@@ -169,14 +169,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
 #pragma unroll
     for (int i = 0; i < 32 / kGroups; ++i) {
-      acc[0] += pr[i] * __uint_as_float(v[i].x << 16);
-      acc[1] += pr[i] * __uint_as_float(v[i].x & 0xffff0000u);
-      acc[2] += pr[i] * __uint_as_float(v[i].y << 16);
-      acc[3] += pr[i] * __uint_as_float(v[i].y & 0xffff0000u);
-      acc[4] += pr[i] * __uint_as_float(v[i].z << 16);
-      acc[5] += pr[i] * __uint_as_float(v[i].z & 0xffff0000u);
-      acc[6] += pr[i] * __uint_as_float(v[i].w << 16);
-      acc[7] += pr[i] * __uint_as_float(v[i].w & 0xffff0000u);
+      add_weighted_value8(acc, pr[i], v[i]);
     }
     m = m_new;
   }
