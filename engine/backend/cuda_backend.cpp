@@ -589,7 +589,7 @@ class CudaSession final : public BackendSession {
     // Sparse verification past L_b, or a dense verify on the tree-attention kernels.
     std::optional<SparsePlan> plan;
     if (auto ok = plan_tree_verify(T, mask, first_new, sparse, context, &plan); !ok) return ok;
-    if (min_max_stale_) refresh_min_max();
+    if (min_max_stale_) update_min_max(committed_ + provisional_);
     provisional_ += T;
 
     cudaStream_t s = b.stream;
@@ -711,7 +711,7 @@ class CudaSession final : public BackendSession {
   }
 
   void commit_all() override {
-    if (min_max_stale_) refresh_min_max();
+    if (min_max_stale_) update_min_max(committed_ + provisional_);
     committed_ += provisional_;
     provisional_ = 0;
   }
@@ -728,12 +728,19 @@ class CudaSession final : public BackendSession {
   int64_t capacity() const override { return capacity_; }
 
  private:
-  // Keeps n rows after the committed ones; block min/max is recomputed over the rows present.
-  Status finish(int64_t n) {
-    const int64_t rows = committed_ + n;
+  // Key min/max of the blocks from the last committed row's block up to `rows`, over the rows
+  // present, in every layer (one launch): after a commit, a rollback or a cut, and where a forward of
+  // several rows without a sparse plan left it stale (enqueue_forward does not update it then).
+  void update_min_max(int64_t rows) {
     cuda::kv_update_min_max_layers(layers_.front(), layer_strides_, committed_ / B_, (rows + B_ - 1) / B_, rows,
                                    b_->stream);
     min_max_stale_ = false;
+  }
+
+  // Keeps n rows after the committed ones; block min/max is recomputed over the rows present.
+  Status finish(int64_t n) {
+    const int64_t rows = committed_ + n;
+    update_min_max(rows);
     committed_ = rows;
     provisional_ = 0;
     // No wait for the GPU: the moves and min/max run before the next forward on the same stream,
@@ -1042,15 +1049,6 @@ class CudaSession final : public BackendSession {
 
   // Enqueues the forward of T new tokens, from the embedding to the logits GEMM, reading the
   // tokens, positions and step scalars that forward() uploaded to b.ids.
-  // Key min/max of the blocks the provisional rows touch, over the rows present, in every layer (one
-  // launch): what a forward of several rows without a plan leaves stale (enqueue_forward).
-  void refresh_min_max() {
-    const int64_t rows = committed_ + provisional_;
-    cuda::kv_update_min_max_layers(layers_.front(), layer_strides_, committed_ / B_, (rows + B_ - 1) / B_, rows,
-                                   b_->stream);
-    min_max_stale_ = false;
-  }
-
   Status enqueue_forward(int64_t T, const uint8_t* mask_dev, LogitRows rows, SparsePlan* plan = nullptr,
                          const SparseConfig* ffn_sparse = nullptr) {
     auto& b = *b_;
@@ -1227,7 +1225,7 @@ class CudaSession final : public BackendSession {
   int64_t n_blocks_ = 0;
   int64_t committed_ = 0, provisional_ = 0;
   // A forward of several rows without a sparse plan left the key min/max of its blocks for the
-  // commit to recompute: finish() does for commit() and rollback(), refresh_min_max() for
+  // commit to recompute: finish() does for commit(), rollback() and truncate(), update_min_max() for
   // commit_all() and for a forward that comes before any of them (its decode step updates the
   // min/max incrementally, and sparse selection reads it).
   bool min_max_stale_ = false;
