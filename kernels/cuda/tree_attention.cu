@@ -626,7 +626,13 @@ Plan make_plan(const TreeQueries& tq, int kv_heads, int groups, int group_size, 
   // multiple of the (group, kv head) pairs, so no CTA waits for a second wave); each CTA takes at
   // least one stage, and whole stages.
   const DeviceShape& shape = device_shape();
-  const int per_sm = std::min(4, shape.ctas_per_sm[p.variant][std::min(p.warps, kMaxRows / 16)]);
+  int per_sm = std::min(4, shape.ctas_per_sm[p.variant][std::min(p.warps, kMaxRows / 16)]);
+  // SPECULA_TREE_ATTN_PER_SM=<n>: at most n CTAs an SM (A/B of the chunk count on the device).
+  static const int per_sm_cap = [] {
+    const char* env = std::getenv("SPECULA_TREE_ATTN_PER_SM");
+    return env ? std::max(1, std::atoi(env)) : 4;
+  }();
+  per_sm = std::min(per_sm, per_sm_cap);
   const int ctas_wanted = shape.sms * per_sm;
   const int base = std::max(1, groups * kv_heads * p.row_splits);
   const int chunks = std::max(1, ctas_wanted / base);
