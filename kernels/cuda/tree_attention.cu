@@ -186,23 +186,11 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
     }
   };
 
-  // The prologue's block ids all at once (independent loads; fetching each one stage ahead of its
-  // issue put STAGES - 1 dependent L2/DRAM round trips before the ring was full).
-  {
-    int logical[STAGES], phys[STAGES];
-    uint64_t members[STAGES];
-#pragma unroll
-    for (int s = 0; s < STAGES; ++s) {
-      members[s] = ~0ull;
-      fetch_entry(a, range, s * NB + my_blk, my_t == 0, logical[s], phys[s], members[s]);
-    }
-#pragma unroll
-    for (int s = 0; s < STAGES; ++s) {
-      next_logical = logical[s], next_phys = phys[s], next_members = members[s];
-      if (s == STAGES - 1) break;  // stage STAGES - 1 is issued by the main loop's first step
-      if (s < n_stages) issue(s);
-      cp_async_commit();
-    }
+  fetch(0);
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < n_stages) issue(s);
+    cp_async_commit();
+    fetch(s + 1);
   }
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -464,69 +452,62 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
   }
 }
 
-// Merges the chunks of one (node, q head) row: out = sum_c 2^(m_c - M) o_c / sum_c 2^(m_c - M) l_c.
-// kMergeSplit warps a row, warp p taking chunks p, p + kMergeSplit, ..., 4 dims a lane, its loads
-// in batches of kMergeBatch issued before any is used; the warps' sums meet in shared memory.
-// (One warp a row walked all chunks, 8 loads in flight: ~9 us at 8K / 8 nodes, 32 CTAs for 33
-// chunks x 256 rows, latency-bound on L2.)
-constexpr int kMergeWarps = 8, kMergeSplit = 4, kMergeBatch = 8;
-constexpr int kMergeRowsPerCta = kMergeWarps / kMergeSplit;
+// Merges the chunks of one (node, q head) row a CTA: out = sum_c 2^(m_c - M) o_c / sum_c 2^(m_c - M) l_c.
+// Warp w takes chunks w, w + kMergeWarps, ... (a lane 4 dims); every load of its first kMergeBatch
+// chunks -- their o, their (m, l) and the (m, l) that give the row's max -- is issued before any
+// is used, so up to kMergeWarps * kMergeBatch chunks cost one L2 round trip. The warps' sums meet
+// in shared memory. (At a610378's parent one warp a row walked all chunks, 8 loads in flight: ~9 us
+// at 8K / 8 nodes, 32 CTAs for 33 chunks x 256 rows, latency-bound on L2.)
+constexpr int kMergeWarps = 8, kMergeBatch = 8;
 constexpr size_t kMergeSmem = kMergeWarps * 32 * sizeof(float4) + kMergeWarps * sizeof(float);
 __global__ void __launch_bounds__(kMergeWarps * 32) tree_attention_merge_kernel(KernelArgs a, __nv_bfloat16* out) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto* sum_o = reinterpret_cast<float4*>(smem_raw);                 // [kMergeWarps][32]: a lane's 4 dims
   auto* sum_l = reinterpret_cast<float*>(sum_o + kMergeWarps * 32);  // [kMergeWarps]
   pdl_wait();  // the partials come from the chunk kernel just before
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, part = warp % kMergeSplit;
-  const int item = blockIdx.x * kMergeRowsPerCta + warp / kMergeSplit;
-  const bool valid = item < a.nodes * a.q_heads;
-  const int node = valid ? item / a.q_heads : 0, head = item % a.q_heads;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int node = blockIdx.x / a.q_heads, head = blockIdx.x % a.q_heads;
+  const int gqa = a.q_heads / a.kv_heads, kvh = head / gqa;
+  const int group = node / a.group_size;
+  const int row = (node - group * a.group_size) * gqa + head % gqa;
+  const int count = a.list_blocks ? a.list_counts[group * a.kv_heads + kvh] : a.max_blocks;
+  const int per_chunk = chunk_entries(a, count);
+  const int used = (count + per_chunk - 1) / per_chunk;
+  const size_t base = (size_t(group) * a.kv_heads + kvh) * a.chunks;
+  const float2* ml = a.part_ml + base * a.rows_pad + row;
+  const size_t stride4 = size_t(a.rows_pad) * D / 4;  // float4s from one chunk's row to the next's
+  const float4* po = reinterpret_cast<const float4*>(a.part_o + (base * a.rows_pad + row) * D) + lane;
+  const int mine = used > warp ? (used - warp + kMergeWarps - 1) / kMergeWarps : 0;  // this warp's chunks
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   float den = 0.f;
-  if (valid) {
-    const int gqa = a.q_heads / a.kv_heads, kvh = head / gqa;
-    const int group = node / a.group_size;
-    const int row = (node - group * a.group_size) * gqa + head % gqa;
-    const int count = a.list_blocks ? a.list_counts[group * a.kv_heads + kvh] : a.max_blocks;
-    const int per_chunk = chunk_entries(a, count);
-    const int used = (count + per_chunk - 1) / per_chunk;
-    const size_t base = (size_t(group) * a.kv_heads + kvh) * a.chunks;
-    const float2* ml = a.part_ml + base * a.rows_pad + row;
-    // Every warp of the row takes the max over all chunks (the same loads; they hit L1).
-    float mmax = -INFINITY;
-    for (int c = lane; c < used; c += 32) mmax = fmaxf(mmax, ml[size_t(c) * a.rows_pad].x);
+  // The row's max over all chunks, its first 64 chunks' loads issued here and used after the first
+  // batch's loads below are issued too.
+  float mmax = lane < used ? ml[size_t(lane) * a.rows_pad].x : -INFINITY;
+  const float mmax_hi = lane + 32 < used ? ml[size_t(lane + 32) * a.rows_pad].x : -INFINITY;
+  for (int i0 = 0; i0 < mine; i0 += kMergeBatch) {
+    float4 oc[kMergeBatch];  // the batch's chunks' o, 4 dims a lane
 #pragma unroll
-    for (int x = 16; x >= 1; x /= 2) mmax = fmaxf(mmax, __shfl_xor_sync(0xffffffffu, mmax, x));
-    if (mmax != -INFINITY) {
-      const size_t stride4 = size_t(a.rows_pad) * D / 4;  // float4s from one chunk's row to the next's
-      const float4* po = reinterpret_cast<const float4*>(a.part_o + (base * a.rows_pad + row) * D) + lane;
-      const int mine = used > part ? (used - part + kMergeSplit - 1) / kMergeSplit : 0;  // this warp's chunks
-      for (int i0 = 0; i0 < mine; i0 += 32) {
-        // Lane j holds the weight of this warp's chunk i0 + j.
-        float w = 0.f;
-        if (i0 + lane < mine) {
-          const float2 v = ml[size_t(part + kMergeSplit * (i0 + lane)) * a.rows_pad];
-          // A chunk with no visible key has m = -inf, l = 0 and o = 0.
-          w = v.x == -INFINITY ? 0.f : exp2f(v.x - mmax);
-          den += w * v.y;
-        }
-        const int n = min(32, mine - i0);
-        for (int j0 = 0; j0 < n; j0 += kMergeBatch) {
-          float4 x[kMergeBatch];
+    for (int j = 0; j < kMergeBatch; ++j)
+      oc[j] = i0 + j < mine ? po[size_t(warp + kMergeWarps * (i0 + j)) * stride4] : make_float4(0.f, 0.f, 0.f, 0.f);
+    // Lane j < kMergeBatch: the (m, l) of this batch's chunk j.
+    float2 v = make_float2(-INFINITY, 0.f);
+    if (lane < kMergeBatch && i0 + lane < mine) v = ml[size_t(warp + kMergeWarps * (i0 + lane)) * a.rows_pad];
+    if (i0 == 0) {
+      mmax = fmaxf(mmax, mmax_hi);
+      for (int c = lane + 64; c < used; c += 32) mmax = fmaxf(mmax, ml[size_t(c) * a.rows_pad].x);
 #pragma unroll
-          for (int j = 0; j < kMergeBatch; ++j)
-            x[j] =
-                j0 + j < n ? po[size_t(part + kMergeSplit * (i0 + j0 + j)) * stride4] : make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int x = 16; x >= 1; x /= 2) mmax = fmaxf(mmax, __shfl_xor_sync(0xffffffffu, mmax, x));
+    }
+    // A chunk with no visible key has m = -inf, l = 0 and o = 0 (so has every chunk if mmax is -inf).
+    const float w = v.x == -INFINITY ? 0.f : exp2f(v.x - mmax);
+    den += w * v.y;
 #pragma unroll
-          for (int j = 0; j < kMergeBatch; ++j) {
-            const float wj = __shfl_sync(0xffffffffu, w, (j0 + j) % 32);
-            acc.x += wj * x[j].x;
-            acc.y += wj * x[j].y;
-            acc.z += wj * x[j].z;
-            acc.w += wj * x[j].w;
-          }
-        }
-      }
+    for (int j = 0; j < kMergeBatch; ++j) {
+      const float wj = __shfl_sync(0xffffffffu, w, j);
+      acc.x += wj * oc[j].x;
+      acc.y += wj * oc[j].y;
+      acc.z += wj * oc[j].z;
+      acc.w += wj * oc[j].w;
     }
   }
 #pragma unroll
@@ -534,14 +515,14 @@ __global__ void __launch_bounds__(kMergeWarps * 32) tree_attention_merge_kernel(
   sum_o[warp * 32 + lane] = acc;
   if (lane == 0) sum_l[warp] = den;
   __syncthreads();
-  if (!valid || part != 0) return;
-  for (int p = 1; p < kMergeSplit; ++p) {
-    const float4 o = sum_o[(warp + p) * 32 + lane];
+  if (warp != 0) return;
+  for (int p = 1; p < kMergeWarps; ++p) {
+    const float4 o = sum_o[p * 32 + lane];
     acc.x += o.x;
     acc.y += o.y;
     acc.z += o.z;
     acc.w += o.w;
-    den += sum_l[warp + p];
+    den += sum_l[p];
   }
   const float inv = den > 0.f ? 1.f / den : 0.f;
   __nv_bfloat162 lo = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
@@ -744,8 +725,8 @@ bool launch(const PagedKv& kv, const TreeQueries& tq, const int32_t* blocks, con
   launch_pdl(kVariants[p.variant].kernel, dim3(p.chunks, kv.kv_heads, groups * p.row_splits), dim3(p.threads), p.smem,
              s, a);
   const int items = tq.nodes * tq.q_heads;
-  launch_pdl(tree_attention_merge_kernel, dim3((items + kMergeRowsPerCta - 1) / kMergeRowsPerCta),
-             dim3(kMergeWarps * 32), kMergeSmem, s, a, reinterpret_cast<__nv_bfloat16*>(out));
+  launch_pdl(tree_attention_merge_kernel, dim3(items), dim3(kMergeWarps * 32), kMergeSmem, s, a,
+             reinterpret_cast<__nv_bfloat16*>(out));
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) {
     if (error) *error = std::string("tree_attention: launch failed: ") + cudaGetErrorString(err);

@@ -266,22 +266,11 @@ __global__ void __launch_bounds__(WG * 128, MINB) tree_attention_wgmma_kernel(Ke
     }
   };
 
-  // The prologue's block ids all at once, as the mma.sync kernel.
-  {
-    int logical[LEAD + 1], phys[LEAD + 1];
-    uint64_t members[LEAD + 1];
-#pragma unroll
-    for (int s = 0; s <= LEAD; ++s) {
-      members[s] = ~0ull;
-      fetch_entry(a, range, s * NB + my_blk, my_t == 0, logical[s], phys[s], members[s]);
-    }
-#pragma unroll
-    for (int s = 0; s <= LEAD; ++s) {
-      next_logical = logical[s], next_phys = phys[s], next_members = members[s];
-      if (s == LEAD) break;  // stage LEAD is issued by the main loop's first step
-      if (s < n_stages) issue(s);
-      cp_async_commit();
-    }
+  fetch(0);
+  for (int s = 0; s < LEAD; ++s) {
+    if (s < n_stages) issue(s);
+    cp_async_commit();
+    fetch(s + 1);
   }
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wgi = warp / 4;
