@@ -452,32 +452,42 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
   }
 }
 
-// Merges the chunks of one (node, q head) row a CTA: out = sum_c 2^(m_c - M) o_c / sum_c 2^(m_c - M) l_c.
-// Warp w takes chunks w, w + kMergeWarps, ... (a lane 4 dims); every load of its first kMergeBatch
-// chunks -- their o, their (m, l) and the (m, l) that give the row's max -- is issued before any
-// is used, so up to kMergeWarps * kMergeBatch chunks cost one L2 round trip. The warps' sums meet
-// in shared memory. (At a610378's parent one warp a row walked all chunks, 8 loads in flight: ~9 us
-// at 8K / 8 nodes, 32 CTAs for 33 chunks x 256 rows, latency-bound on L2.)
+// Merges the chunks of one (node, q head) row: out = sum_c 2^(m_c - M) o_c / sum_c 2^(m_c - M) l_c.
+// `split` warps a row (merge_split: enough that each warp has at most kMergeBatch chunks, up to
+// kMergeWarps), kMergeWarps / split rows a CTA; warp part p of a row takes chunks p, p + split, ...
+// (a lane 4 dims). Every load of a warp's first kMergeBatch chunks -- their o, their (m, l) and
+// the (m, l) that give the row's max -- is issued before any is used, so up to split x kMergeBatch
+// chunks cost one L2 round trip. A row's warps meet in shared memory. (At a610378's parent one warp a row walked all
+// chunks, 8 loads in flight: ~9 us at 8K / 8 nodes, 32 CTAs for 33 chunks x 256 rows, latency-bound on L2.)
 constexpr int kMergeWarps = 8, kMergeBatch = 8;
 constexpr size_t kMergeSmem = kMergeWarps * 32 * sizeof(float4) + kMergeWarps * sizeof(float);
-__global__ void __launch_bounds__(kMergeWarps * 32) tree_attention_merge_kernel(KernelArgs a, __nv_bfloat16* out) {
+// Warps a row for `chunks` chunks: a power of two, kMergeBatch chunks a warp where kMergeWarps allow.
+inline int merge_split(int chunks) {
+  int split = 1;
+  while (split < kMergeWarps && split * kMergeBatch < chunks) split *= 2;
+  return split;
+}
+__global__ void __launch_bounds__(kMergeWarps * 32)
+    tree_attention_merge_kernel(KernelArgs a, int split, __nv_bfloat16* out) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto* sum_o = reinterpret_cast<float4*>(smem_raw);                 // [kMergeWarps][32]: a lane's 4 dims
   auto* sum_l = reinterpret_cast<float*>(sum_o + kMergeWarps * 32);  // [kMergeWarps]
   pdl_wait();  // the partials come from the chunk kernel just before
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int node = blockIdx.x / a.q_heads, head = blockIdx.x % a.q_heads;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, part = warp % split;
+  const int item = blockIdx.x * (kMergeWarps / split) + warp / split;
+  const bool valid = item < a.nodes * a.q_heads;  // the last CTA's rows may run past the last row
+  const int node = valid ? item / a.q_heads : 0, head = valid ? item % a.q_heads : 0;
   const int gqa = a.q_heads / a.kv_heads, kvh = head / gqa;
   const int group = node / a.group_size;
   const int row = (node - group * a.group_size) * gqa + head % gqa;
   const int count = a.list_blocks ? a.list_counts[group * a.kv_heads + kvh] : a.max_blocks;
   const int per_chunk = chunk_entries(a, count);
-  const int used = (count + per_chunk - 1) / per_chunk;
+  const int used = valid ? (count + per_chunk - 1) / per_chunk : 0;
   const size_t base = (size_t(group) * a.kv_heads + kvh) * a.chunks;
   const float2* ml = a.part_ml + base * a.rows_pad + row;
   const size_t stride4 = size_t(a.rows_pad) * D / 4;  // float4s from one chunk's row to the next's
   const float4* po = reinterpret_cast<const float4*>(a.part_o + (base * a.rows_pad + row) * D) + lane;
-  const int mine = used > warp ? (used - warp + kMergeWarps - 1) / kMergeWarps : 0;  // this warp's chunks
+  const int mine = used > part ? (used - part + split - 1) / split : 0;  // this warp's chunks
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   float den = 0.f;
   // The row's max over all chunks, its first 64 chunks' loads issued here and used after the first
@@ -488,10 +498,10 @@ __global__ void __launch_bounds__(kMergeWarps * 32) tree_attention_merge_kernel(
     float4 oc[kMergeBatch];  // the batch's chunks' o, 4 dims a lane
 #pragma unroll
     for (int j = 0; j < kMergeBatch; ++j)
-      oc[j] = i0 + j < mine ? po[size_t(warp + kMergeWarps * (i0 + j)) * stride4] : make_float4(0.f, 0.f, 0.f, 0.f);
+      oc[j] = i0 + j < mine ? po[size_t(part + split * (i0 + j)) * stride4] : make_float4(0.f, 0.f, 0.f, 0.f);
     // Lane j < kMergeBatch: the (m, l) of this batch's chunk j.
     float2 v = make_float2(-INFINITY, 0.f);
-    if (lane < kMergeBatch && i0 + lane < mine) v = ml[size_t(warp + kMergeWarps * (i0 + lane)) * a.rows_pad];
+    if (lane < kMergeBatch && i0 + lane < mine) v = ml[size_t(part + split * (i0 + lane)) * a.rows_pad];
     if (i0 == 0) {
       mmax = fmaxf(mmax, mmax_hi);
       for (int c = lane + 64; c < used; c += 32) mmax = fmaxf(mmax, ml[size_t(c) * a.rows_pad].x);
@@ -515,14 +525,14 @@ __global__ void __launch_bounds__(kMergeWarps * 32) tree_attention_merge_kernel(
   sum_o[warp * 32 + lane] = acc;
   if (lane == 0) sum_l[warp] = den;
   __syncthreads();
-  if (warp != 0) return;
-  for (int p = 1; p < kMergeWarps; ++p) {
-    const float4 o = sum_o[p * 32 + lane];
+  if (!valid || part != 0) return;
+  for (int p = 1; p < split; ++p) {
+    const float4 o = sum_o[(warp + p) * 32 + lane];
     acc.x += o.x;
     acc.y += o.y;
     acc.z += o.z;
     acc.w += o.w;
-    den += sum_l[p];
+    den += sum_l[warp + p];
   }
   const float inv = den > 0.f ? 1.f / den : 0.f;
   __nv_bfloat162 lo = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
@@ -725,8 +735,9 @@ bool launch(const PagedKv& kv, const TreeQueries& tq, const int32_t* blocks, con
   launch_pdl(kVariants[p.variant].kernel, dim3(p.chunks, kv.kv_heads, groups * p.row_splits), dim3(p.threads), p.smem,
              s, a);
   const int items = tq.nodes * tq.q_heads;
-  launch_pdl(tree_attention_merge_kernel, dim3(items), dim3(kMergeWarps * 32), kMergeSmem, s, a,
-             reinterpret_cast<__nv_bfloat16*>(out));
+  const int split = merge_split(p.chunks), merge_rows = kMergeWarps / split;
+  launch_pdl(tree_attention_merge_kernel, dim3((items + merge_rows - 1) / merge_rows), dim3(kMergeWarps * 32),
+             kMergeSmem, s, a, split, reinterpret_cast<__nv_bfloat16*>(out));
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) {
     if (error) *error = std::string("tree_attention: launch failed: ") + cudaGetErrorString(err);
