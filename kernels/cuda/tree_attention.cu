@@ -628,11 +628,6 @@ const DeviceShape& device_shape() {
         shape.ctas_per_sm[i][w] = std::max(1, n);
       }
     }
-    // SPECULA_TREE_ATTN_MERGE_CARVEOUT=1: the merge kernel prefers the chunk kernels' shared-memory
-    // carveout (A/B: whether its 4 KB of shared memory keeps it off SMs a chunk CTA still holds).
-    if (const char* env = std::getenv("SPECULA_TREE_ATTN_MERGE_CARVEOUT"); env && std::atoi(env) == 1)
-      cudaFuncSetAttribute(tree_attention_merge_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                           cudaSharedmemCarveoutMaxShared);
     cudaGetLastError();  // a failed query above is not the caller's launch error
   });
   return shape;
