@@ -452,53 +452,88 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
   }
 }
 
-// Merges the chunks of one (node, q head) per warp, 4 dims per lane:
-// out = sum_c 2^(m_c - M) o_c / sum_c 2^(m_c - M) l_c. Eight chunks' loads in flight per lane.
-constexpr int kMergeWarps = 8;
-__global__ void __launch_bounds__(kMergeWarps * 32) tree_attention_merge_kernel(KernelArgs a, __nv_bfloat16* out) {
+// Merges the chunks of one (node, q head) row: out = sum_c 2^(m_c - M) o_c / sum_c 2^(m_c - M) l_c.
+// `split` warps a row (merge_split: enough that each warp has at most kMergeBatch chunks, up to
+// kMergeWarps), kMergeWarps / split rows a CTA; warp part p of a row takes chunks p, p + split, ...
+// (a lane 4 dims). Every load of a warp's first kMergeBatch chunks -- their o, their (m, l) and
+// the (m, l) that give the row's max -- is issued before any is used, so up to split x kMergeBatch
+// chunks cost one L2 round trip. A row's warps meet in shared memory. (At a610378's parent one warp a row walked all
+// chunks, 8 loads in flight: ~9 us at 8K / 8 nodes, 32 CTAs for 33 chunks x 256 rows, latency-bound on L2.)
+constexpr int kMergeWarps = 8, kMergeBatch = 8;
+constexpr size_t kMergeSmem = kMergeWarps * 32 * sizeof(float4) + kMergeWarps * sizeof(float);
+// Warps a row for `chunks` chunks: a power of two, kMergeBatch chunks a warp where kMergeWarps allow.
+inline int merge_split(int chunks) {
+  int split = 1;
+  while (split < kMergeWarps && split * kMergeBatch < chunks) split *= 2;
+  return split;
+}
+__global__ void __launch_bounds__(kMergeWarps * 32)
+    tree_attention_merge_kernel(KernelArgs a, int split, __nv_bfloat16* out) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  auto* sum_o = reinterpret_cast<float4*>(smem_raw);                 // [kMergeWarps][32]: a lane's 4 dims
+  auto* sum_l = reinterpret_cast<float*>(sum_o + kMergeWarps * 32);  // [kMergeWarps]
   pdl_wait();  // the partials come from the chunk kernel just before
-  const int item = blockIdx.x * kMergeWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (item >= a.nodes * a.q_heads) return;
-  const int node = item / a.q_heads, head = item % a.q_heads;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, part = warp % split;
+  const int item = blockIdx.x * (kMergeWarps / split) + warp / split;
+  const bool valid = item < a.nodes * a.q_heads;  // the last CTA's rows may run past the last row
+  const int node = valid ? item / a.q_heads : 0, head = valid ? item % a.q_heads : 0;
   const int gqa = a.q_heads / a.kv_heads, kvh = head / gqa;
   const int group = node / a.group_size;
   const int row = (node - group * a.group_size) * gqa + head % gqa;
   const int count = a.list_blocks ? a.list_counts[group * a.kv_heads + kvh] : a.max_blocks;
   const int per_chunk = chunk_entries(a, count);
-  const int used = (count + per_chunk - 1) / per_chunk;
+  const int used = valid ? (count + per_chunk - 1) / per_chunk : 0;
   const size_t base = (size_t(group) * a.kv_heads + kvh) * a.chunks;
   const float2* ml = a.part_ml + base * a.rows_pad + row;
-  float mmax = -INFINITY;
-  for (int c = lane; c < used; c += 32) mmax = fmaxf(mmax, ml[size_t(c) * a.rows_pad].x);
-#pragma unroll
-  for (int x = 16; x >= 1; x /= 2) mmax = fmaxf(mmax, __shfl_xor_sync(0xffffffffu, mmax, x));
+  const size_t stride4 = size_t(a.rows_pad) * D / 4;  // float4s from one chunk's row to the next's
+  const float4* po = reinterpret_cast<const float4*>(a.part_o + (base * a.rows_pad + row) * D) + lane;
+  const int mine = used > part ? (used - part + split - 1) / split : 0;  // this warp's chunks
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   float den = 0.f;
-  if (mmax != -INFINITY) {
-    const size_t stride4 = size_t(a.rows_pad) * D / 4;
-    for (int c0 = 0; c0 < used; c0 += 32) {
-      float w = 0.f;
-      if (c0 + lane < used) {
-        const float2 v = ml[size_t(c0 + lane) * a.rows_pad];
-        // A chunk with no visible key has m = -inf, l = 0 and o = 0.
-        w = v.x == -INFINITY ? 0.f : exp2f(v.x - mmax);
-        den += w * v.y;
-      }
-      const int n = min(32, used - c0);
-      const float4* po = reinterpret_cast<const float4*>(a.part_o + ((base + c0) * a.rows_pad + row) * D) + lane;
-#pragma unroll 8
-      for (int j = 0; j < n; ++j) {
-        const float wj = __shfl_sync(0xffffffffu, w, j);
-        const float4 x = po[j * stride4];
-        acc.x += wj * x.x;
-        acc.y += wj * x.y;
-        acc.z += wj * x.z;
-        acc.w += wj * x.w;
-      }
+  // The row's max over all chunks, its first 64 chunks' loads issued here and used after the first
+  // batch's loads below are issued too.
+  float mmax = lane < used ? ml[size_t(lane) * a.rows_pad].x : -INFINITY;
+  const float mmax_hi = lane + 32 < used ? ml[size_t(lane + 32) * a.rows_pad].x : -INFINITY;
+  for (int i0 = 0; i0 < mine; i0 += kMergeBatch) {
+    float4 oc[kMergeBatch];  // the batch's chunks' o, 4 dims a lane
+#pragma unroll
+    for (int j = 0; j < kMergeBatch; ++j)
+      oc[j] = i0 + j < mine ? po[size_t(part + split * (i0 + j)) * stride4] : make_float4(0.f, 0.f, 0.f, 0.f);
+    // Lane j < kMergeBatch: the (m, l) of this batch's chunk j.
+    float2 v = make_float2(-INFINITY, 0.f);
+    if (lane < kMergeBatch && i0 + lane < mine) v = ml[size_t(part + split * (i0 + lane)) * a.rows_pad];
+    if (i0 == 0) {
+      mmax = fmaxf(mmax, mmax_hi);
+      for (int c = lane + 64; c < used; c += 32) mmax = fmaxf(mmax, ml[size_t(c) * a.rows_pad].x);
+#pragma unroll
+      for (int x = 16; x >= 1; x /= 2) mmax = fmaxf(mmax, __shfl_xor_sync(0xffffffffu, mmax, x));
+    }
+    // A chunk with no visible key has m = -inf, l = 0 and o = 0 (so has every chunk if mmax is -inf).
+    const float w = v.x == -INFINITY ? 0.f : exp2f(v.x - mmax);
+    den += w * v.y;
+#pragma unroll
+    for (int j = 0; j < kMergeBatch; ++j) {
+      const float wj = __shfl_sync(0xffffffffu, w, j);
+      acc.x += wj * oc[j].x;
+      acc.y += wj * oc[j].y;
+      acc.z += wj * oc[j].z;
+      acc.w += wj * oc[j].w;
     }
   }
 #pragma unroll
   for (int x = 16; x >= 1; x /= 2) den += __shfl_xor_sync(0xffffffffu, den, x);
+  sum_o[warp * 32 + lane] = acc;
+  if (lane == 0) sum_l[warp] = den;
+  __syncthreads();
+  if (!valid || part != 0) return;
+  for (int p = 1; p < split; ++p) {
+    const float4 o = sum_o[(warp + p) * 32 + lane];
+    acc.x += o.x;
+    acc.y += o.y;
+    acc.z += o.z;
+    acc.w += o.w;
+    den += sum_l[warp + p];
+  }
   const float inv = den > 0.f ? 1.f / den : 0.f;
   __nv_bfloat162 lo = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
   __nv_bfloat162 hi = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
@@ -626,7 +661,13 @@ Plan make_plan(const TreeQueries& tq, int kv_heads, int groups, int group_size, 
   // multiple of the (group, kv head) pairs, so no CTA waits for a second wave); each CTA takes at
   // least one stage, and whole stages.
   const DeviceShape& shape = device_shape();
-  const int per_sm = std::min(4, shape.ctas_per_sm[p.variant][std::min(p.warps, kMaxRows / 16)]);
+  int per_sm = std::min(4, shape.ctas_per_sm[p.variant][std::min(p.warps, kMaxRows / 16)]);
+  // SPECULA_TREE_ATTN_PER_SM=<n>: at most n CTAs an SM (A/B of the chunk count on the device).
+  static const int per_sm_cap = [] {
+    const char* env = std::getenv("SPECULA_TREE_ATTN_PER_SM");
+    return env ? std::max(1, std::atoi(env)) : 4;
+  }();
+  per_sm = std::min(per_sm, per_sm_cap);
   const int ctas_wanted = shape.sms * per_sm;
   const int base = std::max(1, groups * kv_heads * p.row_splits);
   const int chunks = std::max(1, ctas_wanted / base);
@@ -694,8 +735,9 @@ bool launch(const PagedKv& kv, const TreeQueries& tq, const int32_t* blocks, con
   launch_pdl(kVariants[p.variant].kernel, dim3(p.chunks, kv.kv_heads, groups * p.row_splits), dim3(p.threads), p.smem,
              s, a);
   const int items = tq.nodes * tq.q_heads;
-  launch_pdl(tree_attention_merge_kernel, dim3((items + kMergeWarps - 1) / kMergeWarps), dim3(kMergeWarps * 32), 0, s,
-             a, reinterpret_cast<__nv_bfloat16*>(out));
+  const int split = merge_split(p.chunks), merge_rows = kMergeWarps / split;
+  launch_pdl(tree_attention_merge_kernel, dim3((items + merge_rows - 1) / merge_rows), dim3(kMergeWarps * 32),
+             kMergeSmem, s, a, split, reinterpret_cast<__nv_bfloat16*>(out));
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) {
     if (error) *error = std::string("tree_attention: launch failed: ") + cudaGetErrorString(err);

@@ -256,7 +256,8 @@ double run_case(std::mt19937_64& rng, int nodes, int prefix, int per_chunk_targe
   const size_t smem = (size_t(STAGES) * NB * (2 * kTile * 2 + 12) + 15) / 16 * 16 + (QS ? size_t(cta_rows) * kRowPad * 2 : 0);
   run_grid(dim3(chunks, kv_heads, groups * splits), threads, smem, [&] { tree_attention_chunk_kernel<MT, NB, NBC, STAGES, WARPS, QS>(a); });
   const int items = nodes * q_heads;
-  run_grid(dim3((items + 7) / 8, 1, 1), 256, 0, [&] { tree_attention_merge_kernel(a, reinterpret_cast<__nv_bfloat16*>(out.data())); });
+  const int split = merge_split(chunks), merge_rows = kMergeWarps / split;
+  run_grid(dim3((items + merge_rows - 1) / merge_rows, 1, 1), kMergeWarps * 32, kMergeSmem, [&] { tree_attention_merge_kernel(a, split, reinterpret_cast<__nv_bfloat16*>(out.data())); });
   double num = 0, den = 0;
   for (int n = 0; n < nodes; ++n)
     for (int h = 0; h < q_heads; ++h) {
