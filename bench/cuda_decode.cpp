@@ -1,7 +1,9 @@
 // Plain greedy decoding on the CUDA backend, timed, and where the time of a decode step goes.
-//  1. Timed runs: prefill a prompt, then --tokens decode steps (one token, last logits, host
-//     argmax), --reps times; tokens/s of the decode steps alone, and the weight bytes each step
-//     reads over the step time.
+//  1. Timed runs: prefill a prompt, then --tokens decode steps (one token, its argmax taken on
+//     the GPU by forward_greedy), --reps times; tokens/s of the decode steps alone, and the weight
+//     bytes each step reads over the step time. Each rep also runs the old loop (last logits
+//     downloaded, std::max_element on the host) with the step split into forward() and the argmax
+//     (decode_host_argmax), and checks both give the same tokens.
 //  2. With --profile SESSION: one more run (without programmatic dependent launch) under CUPTI
 //     capture (profiler/cupti_capture.h) into that session file; its kernel rows give kernels per
 //     step, the summed kernel time per step against the step's wall time (the rest is launch
@@ -48,16 +50,28 @@ struct RunResult {
   double decode_s = 0;
   int decoded = 0;
   std::vector<int32_t> tokens;
+  // Per decode step, summed: forward() or forward_greedy() (graph replay, the download, the
+  // wait) and, with the host argmax, the scan of the downloaded row.
+  double forward_s = 0, host_argmax_s = 0;
 };
 
 int argmax(const std::vector<float>& v) { return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin()); }
+
+double seconds(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+// How a decode step picks its token: on the GPU (forward_greedy: one id comes back), or the
+// (vocab) f32 logits downloaded to a pageable vector and scanned with std::max_element, as every
+// step did before forward_greedy.
+enum class Pick { kDevice, kHostArgmax };
 
 // after_prefill (may be empty) runs between the prefill and the first decode step.
 // capacity: the KV cache's rows (0: just enough, prompt + tokens + 1; a larger cache makes the
 // decode attention split its rows, kernels/cuda/model_ops.h attention_split_for).
 specula::Expected<RunResult> run_once(specula::TransformerBackend& backend, const std::vector<int32_t>& prompt,
                                       int tokens, const std::function<specula::Status()>& after_prefill = {},
-                                      int64_t capacity = 0) {
+                                      int64_t capacity = 0, Pick pick = Pick::kDevice) {
   const int64_t V = backend.config().vocab_size;
   auto session = backend.start(16, std::max<int64_t>(capacity, static_cast<int64_t>(prompt.size()) + tokens + 1));
   if (!session) return session.error();
@@ -76,11 +90,24 @@ specula::Expected<RunResult> run_once(specula::TransformerBackend& backend, cons
   for (int i = 0; i < tokens; ++i) {
     r.tokens.push_back(tok);
     int32_t p = static_cast<int32_t>((*session)->committed());
-    if (auto s = (*session)->forward({&tok, 1}, {&p, 1}, nullptr, logits, specula::LogitRows::Last); !s) {
-      return s.error();
+    const auto a = Clock::now();
+    if (pick == Pick::kDevice) {
+      int32_t next = -1;
+      if (auto s = (*session)->forward_greedy({&tok, 1}, {&p, 1}, nullptr, {&next, 1}, specula::LogitRows::Last); !s) {
+        return s.error();
+      }
+      r.forward_s += seconds(a, Clock::now());
+      tok = next;
+    } else {
+      if (auto s = (*session)->forward({&tok, 1}, {&p, 1}, nullptr, logits, specula::LogitRows::Last); !s) {
+        return s.error();
+      }
+      const auto b = Clock::now();
+      tok = argmax(logits);
+      r.forward_s += seconds(a, b);
+      r.host_argmax_s += seconds(b, Clock::now());
     }
     (*session)->commit_all();
-    tok = argmax(logits);
   }
   const auto t2 = Clock::now();
   r.prefill_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
@@ -410,15 +437,31 @@ int main(int argc, char** argv) {
 
   // Warm-up: cuBLAS handles, the graph capture, clocks.
   if (auto w = run_once(*backend, prompt, std::min(tokens, 8), {}, kv_capacity); !w) return fail(w.error().message);
-  std::vector<double> tps, prefill_ms;
-  std::vector<int32_t> first_tokens;
+  if (auto w = run_once(*backend, prompt, std::min(tokens, 8), {}, kv_capacity, Pick::kHostArgmax); !w) {
+    return fail(w.error().message);
+  }
+  // The two ways of picking a step's token, alternating run by run (same clocks, same cache).
+  std::vector<double> tps, prefill_ms, host_tps, step_us, host_forward_us, host_argmax_us;
+  std::vector<int32_t> first_tokens, host_first_tokens;
   for (int r = 0; r < reps; ++r) {
-    auto run = run_once(*backend, prompt, tokens, {}, kv_capacity);
+    auto run = run_once(*backend, prompt, tokens, {}, kv_capacity, Pick::kDevice);
     if (!run) return fail(run.error().message);
     tps.push_back(run->decoded / run->decode_s);
+    step_us.push_back(run->forward_s / run->decoded * 1e6);
     prefill_ms.push_back(run->prefill_ms);
     if (r == 0) first_tokens = run->tokens;
+    auto host = run_once(*backend, prompt, tokens, {}, kv_capacity, Pick::kHostArgmax);
+    if (!host) return fail(host.error().message);
+    host_tps.push_back(host->decoded / host->decode_s);
+    host_forward_us.push_back(host->forward_s / host->decoded * 1e6);
+    host_argmax_us.push_back(host->host_argmax_s / host->decoded * 1e6);
+    if (r == 0) host_first_tokens = host->tokens;
   }
+  std::fprintf(stderr,
+               "decode: %.0f tokens/s with the argmax on the GPU (forward_greedy %.1f us a step); %.0f tokens/s with "
+               "the logits downloaded (forward %.1f us + host argmax %.1f us a step); tokens %s\n",
+               median(tps), median(step_us), median(host_tps), median(host_forward_us), median(host_argmax_us),
+               first_tokens == host_first_tokens ? "equal" : "DIFFER");
   const double weight_bytes = static_cast<double>(backend->weight_bytes_per_token());
   nlohmann::json results = {
       {"model",
@@ -430,8 +473,19 @@ int main(int argc, char** argv) {
       {"kv_capacity", kv_capacity},
       {"prompt_tokens", prompt.size()},
       {"decode_tokens", tokens},
+      {"token_pick", "forward_greedy: argmax per row on the GPU, one int32 id downloaded (pinned)"},
       {"decode_tokens_per_s_runs", tps},
       {"decode_tokens_per_s_median", median(tps)},
+      {"decode_forward_greedy_us_per_step_median", median(step_us)},
+      {"decode_host_argmax",
+       {{"token_pick",
+         "forward() downloads the (vocab) f32 logits to a pageable vector, std::max_element on the host (the "
+         "decode loop before forward_greedy)"},
+        {"decode_tokens_per_s_runs", host_tps},
+        {"decode_tokens_per_s_median", median(host_tps)},
+        {"forward_us_per_step_median", median(host_forward_us)},
+        {"host_argmax_us_per_step_median", median(host_argmax_us)}}},
+      {"tokens_equal_to_host_argmax", first_tokens == host_first_tokens},
       {"prefill_ms_runs", prefill_ms},
       {"weight_bytes_per_token", weight_bytes},
       {"weight_read_gb_per_s_median", weight_bytes * median(tps) / 1e9},
@@ -464,19 +518,38 @@ int main(int argc, char** argv) {
       }
       const auto mask = specula::AttentionMask::from_parents(parents);
       std::vector<float> all(static_cast<size_t>(T * V));
-      std::vector<double> ms;
+      std::vector<int32_t> greedy(static_cast<size_t>(T)), host_greedy(static_cast<size_t>(T));
+      std::vector<double> ms, greedy_ms;
       for (int r = 0; r < 55; ++r) {
         const auto t0 = Clock::now();
         if (auto st = (*session)->forward(toks, tpos, &mask, all, specula::LogitRows::All); !st) {
           return fail(st.error().message);
         }
         (*session)->rollback();
-        if (r >= 5) ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+        const auto t1 = Clock::now();
+        if (auto st = (*session)->forward_greedy(toks, tpos, &mask, greedy, specula::LogitRows::All); !st) {
+          return fail(st.error().message);
+        }
+        (*session)->rollback();
+        if (r >= 5) {
+          ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+          greedy_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t1).count());
+        }
+      }
+      for (int i = 0; i < T; ++i) {
+        const auto row = all.begin() + static_cast<std::ptrdiff_t>(i) * V;
+        host_greedy[static_cast<size_t>(i)] = static_cast<int32_t>(std::max_element(row, row + V) - row);
       }
       nlohmann::json row = {{"nodes", n},
                             {"rows", T},
                             {"verify_ms_median", median(ms)},
+                            {"verify_ms_note", "all T x vocab f32 logits downloaded (pageable)"},
+                            {"verify_greedy_ms_median", median(greedy_ms)},
+                            {"verify_greedy_note", "forward_greedy: T argmax ids downloaded"},
+                            {"greedy_equal_to_host_argmax", greedy == host_greedy},
                             {"over_decode_step", median(ms) * median(tps) / 1e3}};
+      std::fprintf(stderr, "verify %d nodes: %.3f ms (all logits) %.3f ms (forward_greedy) ids %s\n", n, median(ms),
+                   median(greedy_ms), greedy == host_greedy ? "equal" : "DIFFER");
       if (!profile_path.empty() && n == verify_nodes.front()) {
         // Where a verify's time goes: 10 verifies (and their rollbacks) under CUPTI, on a fresh
         // session whose verify graph is captured after begin() turned programmatic launch off

@@ -24,7 +24,8 @@ Expected<GenerateResult> generate_on_backend(TransformerBackend& backend, std::s
     return make_error("prompt has " + std::to_string(n_prompt) + " tokens, context is " +
                       std::to_string(cfg.context_length));
   }
-  if (options.max_tokens < 0) return make_error("generate: max_tokens " + std::to_string(options.max_tokens) + " is negative");
+  if (options.max_tokens < 0)
+    return make_error("generate: max_tokens " + std::to_string(options.max_tokens) + " is negative");
   GenerateResult result;
   if (options.max_tokens == 0) return result;
   const int64_t max_new = std::min<int64_t>(options.max_tokens, cfg.context_length - n_prompt + 1);
@@ -36,10 +37,20 @@ Expected<GenerateResult> generate_on_backend(TransformerBackend& backend, std::s
   std::vector<int32_t> positions(static_cast<size_t>(n_prompt));
   std::iota(positions.begin(), positions.end(), 0);
 
+  // Greedy decoding (temperature 0) takes each token from forward_greedy: on the GPU only the id
+  // comes back, not the (vocab) logits. It is the sampler's argmax either way.
+  const bool greedy = !(options.sampling.temperature > 0.0f);
+  auto next_token = [&](std::span<const int32_t> tokens, std::span<const int32_t> at, int32_t& next) -> Status {
+    if (greedy) return s.forward_greedy(tokens, at, nullptr, {&next, 1}, LogitRows::Last);
+    if (auto status = s.forward(tokens, at, nullptr, logits, LogitRows::Last); !status) return status;
+    next = sampler.sample(logits);
+    return {};
+  };
+
   auto start = std::chrono::steady_clock::now();
-  if (auto status = s.forward(prompt, positions, nullptr, logits, LogitRows::Last); !status) return status.error();
+  int32_t token = -1;
+  if (auto status = next_token(prompt, positions, token); !status) return status.error();
   s.commit_all();
-  int32_t token = sampler.sample(logits);
   result.timings.prefill_tokens = static_cast<int>(n_prompt);
   result.timings.prefill_seconds = seconds_since(start);
 
@@ -55,12 +66,9 @@ Expected<GenerateResult> generate_on_backend(TransformerBackend& backend, std::s
     if (on_token && !on_token(token, bytes)) break;
     if (static_cast<int64_t>(result.tokens.size()) >= max_new) break;
     const auto position = static_cast<int32_t>(s.committed());
-    if (auto status = s.forward({&token, 1}, {&position, 1}, nullptr, logits, LogitRows::Last); !status) {
-      return status.error();
-    }
+    if (auto status = next_token({&token, 1}, {&position, 1}, token); !status) return status.error();
     s.commit_all();
     ++result.timings.decode_tokens;
-    token = sampler.sample(logits);
   }
   result.timings.decode_seconds = result.timings.decode_tokens > 0 ? seconds_since(start) : 0.0;
   return result;

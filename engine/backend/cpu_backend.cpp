@@ -20,6 +20,7 @@ class CpuSession final : public BackendSession {
   Status truncate(int64_t rows) override { return kv_.truncate(rows); }
   int64_t committed() const override { return kv_.committed(); }
   int64_t capacity() const override { return kv_.capacity(); }
+  int64_t vocab_size() const override { return transformer_->config().vocab_size; }
 
  private:
   CpuTransformer* transformer_;

@@ -23,6 +23,7 @@
 #include "kernels/cuda/decode_attention.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/model_ops.h"
+#include "kernels/cuda/sampling.h"
 #include "kernels/cuda/skinny_gemm.h"
 #include "kernels/cuda/sparse_ffn.h"
 #include "kernels/cuda/sparse_verify.h"
@@ -547,6 +548,82 @@ class CudaSession final : public BackendSession {
 
   Status forward(std::span<const int32_t> tokens, std::span<const int32_t> positions, const AttentionMask* mask,
                  std::span<float> logits, LogitRows rows, const ForwardContext* context) override {
+    const int64_t V = b_->cfg.vocab_size;
+    const int64_t n_out = rows == LogitRows::All ? static_cast<int64_t>(tokens.size()) : 1;
+    if (static_cast<int64_t>(logits.size()) != n_out * V) {
+      return make_error("forward: logits buffer has " + std::to_string(logits.size()) + " floats, need " +
+                        std::to_string(n_out * V));
+    }
+    return run_forward(tokens, positions, mask, rows, context, [&]() -> Status {
+      SPECULA_CUDA_TRY(
+          cudaMemcpyAsync(logits.data(), b_->logits.get(), n_out * V * 4, cudaMemcpyDeviceToHost, b_->stream),
+          "logits download");
+      return {};
+    });
+  }
+
+  // The forward with each output row's argmax taken on the GPU (kernels/cuda/sampling.h): only
+  // the ids come back, through a pinned buffer.
+  Status forward_greedy(std::span<const int32_t> tokens, std::span<const int32_t> positions, const AttentionMask* mask,
+                        std::span<int32_t> greedy, LogitRows rows, const ForwardContext* context) override {
+    const int64_t n_out = rows == LogitRows::All ? static_cast<int64_t>(tokens.size()) : 1;
+    if (static_cast<int64_t>(greedy.size()) != n_out) {
+      return make_error("forward_greedy: room for " + std::to_string(greedy.size()) + " tokens, the forward gives " +
+                        std::to_string(n_out));
+    }
+    if (auto ok = ensure_choice_buffers(n_out); !ok) return ok;
+    auto ran = run_forward(tokens, positions, mask, rows, context, [&]() -> Status {
+      cuda::argmax_rows(b_->logits.get(), n_out, b_->cfg.vocab_size, choice_ids_.get(), b_->stream);
+      SPECULA_CUDA_TRY(cudaGetLastError(), "argmax launch");
+      SPECULA_CUDA_TRY(cudaMemcpyAsync(host_choice_ids_, choice_ids_.get(), n_out * sizeof(int32_t),
+                                       cudaMemcpyDeviceToHost, b_->stream),
+                       "greedy token download");
+      return {};
+    });
+    if (!ran) return ran;
+    std::memcpy(greedy.data(), host_choice_ids_, greedy.size_bytes());
+    return {};
+  }
+
+  // The last row's top-k under softmax(logits / temperature) on the GPU; k ids and k
+  // probabilities come back.
+  Status forward_top_k(std::span<const int32_t> tokens, std::span<const int32_t> positions, const AttentionMask* mask,
+                       float temperature, std::span<int32_t> ids, std::span<float> probs,
+                       const ForwardContext* context) override {
+    const auto k = static_cast<int64_t>(ids.size());
+    if (k < 1 || k > cuda::kTopKMax || probs.size() != ids.size()) {
+      return make_error("forward_top_k: " + std::to_string(ids.size()) + " ids and " + std::to_string(probs.size()) +
+                        " probabilities; want the same count, 1.." + std::to_string(cuda::kTopKMax));
+    }
+    if (!(temperature > 0))
+      return make_error("forward_top_k: temperature " + std::to_string(temperature) + " is not > 0");
+    if (k > b_->cfg.vocab_size) return make_error("forward_top_k: more ids than the vocabulary has tokens");
+    if (auto ok = ensure_choice_buffers(k); !ok) return ok;
+    auto ran = run_forward(tokens, positions, mask, LogitRows::Last, context, [&]() -> Status {
+      cuda::top_k_softmax_row(b_->logits.get(), b_->cfg.vocab_size, static_cast<int>(k), temperature, choice_ids_.get(),
+                              choice_probs_.get(), b_->stream);
+      SPECULA_CUDA_TRY(cudaGetLastError(), "top-k launch");
+      SPECULA_CUDA_TRY(
+          cudaMemcpyAsync(host_choice_ids_, choice_ids_.get(), k * sizeof(int32_t), cudaMemcpyDeviceToHost, b_->stream),
+          "top-k id download");
+      SPECULA_CUDA_TRY(cudaMemcpyAsync(host_choice_probs_, choice_probs_.get(), k * sizeof(float),
+                                       cudaMemcpyDeviceToHost, b_->stream),
+                       "top-k probability download");
+      return {};
+    });
+    if (!ran) return ran;
+    std::memcpy(ids.data(), host_choice_ids_, ids.size_bytes());
+    std::memcpy(probs.data(), host_choice_probs_, probs.size_bytes());
+    return {};
+  }
+
+  int64_t vocab_size() const override { return b_->cfg.vocab_size; }
+
+  // Validates, uploads and launches a forward (a graph replay where its shape has one), then
+  // enqueue_outputs() queues what comes back to the host (logits, or ids picked on the GPU), and
+  // the forward waits for it.
+  Status run_forward(std::span<const int32_t> tokens, std::span<const int32_t> positions, const AttentionMask* mask,
+                     LogitRows rows, const ForwardContext* context, const std::function<Status()>& enqueue_outputs) {
     auto& b = *b_;
     const auto& c = b.cfg;
     const auto T = static_cast<int64_t>(tokens.size());
@@ -564,11 +641,6 @@ class CudaSession final : public BackendSession {
                         std::to_string(mask->size()) + " for " + std::to_string(T) + " tokens");
     }
     const int64_t V = c.vocab_size;
-    const int64_t want = rows == LogitRows::All ? T * V : V;
-    if (static_cast<int64_t>(logits.size()) != want) {
-      return make_error("forward: logits buffer has " + std::to_string(logits.size()) + " floats, need " +
-                        std::to_string(want));
-    }
     for (int64_t t = 0; t < T; ++t) {
       if (tokens[t] < 0 || tokens[t] >= V) {
         return make_error("forward: token id " + std::to_string(tokens[t]) + " outside the vocabulary (0.." +
@@ -622,15 +694,13 @@ class CudaSession final : public BackendSession {
       return ok;
     }
     SPECULA_CUDA_TRY(cudaGetLastError(), "kernel launch in forward");
-    const int64_t n_out = rows == LogitRows::All ? T : 1;
-    SPECULA_CUDA_TRY(cudaMemcpyAsync(logits.data(), b.logits.get(), n_out * V * 4, cudaMemcpyDeviceToHost, s),
-                     "logits download");
+    if (auto ok = enqueue_outputs(); !ok) return ok;
     if (plan) {
       SPECULA_CUDA_TRY(
           cudaMemcpyAsync(host_listed_rows_, listed_rows_.get(), sizeof(unsigned long long), cudaMemcpyDeviceToHost, s),
           "sparse verify");
     }
-    // The forward's one host synchronization: the logits must be on the host.
+    // The forward's one host synchronization: its outputs must be on the host.
     SPECULA_CUDA_TRY(cudaStreamSynchronize(s), "forward");
     if (ffn_sparse && context) report_sparse_ffn(T, *context);
     if (context && context->sparse && context->stats) {
@@ -665,6 +735,8 @@ class CudaSession final : public BackendSession {
     if (host_rows_) cudaFreeHost(host_rows_);
     if (host_listed_rows_) cudaFreeHost(host_listed_rows_);
     if (host_ffn_counts_) cudaFreeHost(host_ffn_counts_);
+    if (host_choice_ids_) cudaFreeHost(host_choice_ids_);
+    if (host_choice_probs_) cudaFreeHost(host_choice_probs_);
   }
 
   Status commit(std::span<const int> keep_rows) override {
@@ -1210,7 +1282,35 @@ class CudaSession final : public BackendSession {
     return {};
   }
 
+  // Room for n ids and n probabilities picked on the GPU (forward_greedy, forward_top_k), on the
+  // device and pinned on the host; grown, never shrunk. Only called between forwards: the last
+  // forward waited for its downloads, so the old buffers are idle.
+  Status ensure_choice_buffers(int64_t n) {
+    if (n <= choice_capacity_) return {};
+    const int64_t want = std::max<int64_t>({n, 2 * choice_capacity_, int64_t{cuda::kTopKMax}});
+    if (auto ok = choice_ids_.allocate(static_cast<size_t>(want), "greedy token ids"); !ok) return ok;
+    if (auto ok = choice_probs_.allocate(static_cast<size_t>(want), "top-k probabilities"); !ok) return ok;
+    choice_capacity_ = 0;
+    if (host_choice_ids_) cudaFreeHost(host_choice_ids_);
+    if (host_choice_probs_) cudaFreeHost(host_choice_probs_);
+    host_choice_ids_ = nullptr;
+    host_choice_probs_ = nullptr;
+    SPECULA_CUDA_TRY(
+        cudaMallocHost(reinterpret_cast<void**>(&host_choice_ids_), static_cast<size_t>(want) * sizeof(int32_t)),
+        "pinned greedy token ids");
+    SPECULA_CUDA_TRY(
+        cudaMallocHost(reinterpret_cast<void**>(&host_choice_probs_), static_cast<size_t>(want) * sizeof(float)),
+        "pinned top-k probabilities");
+    choice_capacity_ = want;
+    return {};
+  }
+
   CudaBackend::Impl* b_;
+  DeviceBuffer<int32_t> choice_ids_;  // ensure_choice_buffers
+  DeviceBuffer<float> choice_probs_;
+  int32_t* host_choice_ids_ = nullptr;  // pinned
+  float* host_choice_probs_ = nullptr;  // pinned
+  int64_t choice_capacity_ = 0;
   std::map<int64_t, cudaGraphExec_t> graphs_;  // by shape key (launch_graph)
   cuda::AttentionSplit split_;                 // attention over long contexts (init())
   cuda::KvLayerStrides layer_strides_;         // layers_[l] = layers_[0] + l strides

@@ -21,6 +21,27 @@ class BackendSession {
   // CpuTransformer::forward.
   virtual Status forward(std::span<const int32_t> tokens, std::span<const int32_t> positions, const AttentionMask* mask,
                          std::span<float> logits, LogitRows rows, const ForwardContext* context = nullptr) = 0;
+  // forward(), then each output row's greedy token: greedy[r] = the lowest index of the largest
+  // logit of row r (NaN never wins; a row starting with NaN gives 0), as argmax_f32 and
+  // std::max_element pick it. greedy: T ids for LogitRows::All, 1 for Last. The CUDA backend
+  // picks them on the GPU and downloads only the ids; this default runs forward() into a host
+  // buffer and scans it.
+  virtual Status forward_greedy(std::span<const int32_t> tokens, std::span<const int32_t> positions,
+                                const AttentionMask* mask, std::span<int32_t> greedy, LogitRows rows,
+                                const ForwardContext* context = nullptr);
+  // forward() of the last row, then its ids.size() (1..64) most probable tokens under
+  // softmax(logits / temperature), temperature > 0: ids by falling probability, ties lower id
+  // first; probs[j] their probabilities over the whole vocabulary (what apply_sampling_filters
+  // gives at that temperature without top-k or top-p). Tokens of probability 0 may close the
+  // list; an id of -1 (probability 0) only when fewer than ids.size() logits are not NaN. This
+  // default ranks by the host's float probabilities and matches apply_sampling_filters bit for
+  // bit; the CUDA backend ranks by logit and sums in another order, so its probabilities may
+  // differ in the last bits and two tokens of equal float probability may come in logit order.
+  virtual Status forward_top_k(std::span<const int32_t> tokens, std::span<const int32_t> positions,
+                               const AttentionMask* mask, float temperature, std::span<int32_t> ids,
+                               std::span<float> probs, const ForwardContext* context = nullptr);
+  // Logits per output row (the model's vocabulary).
+  virtual int64_t vocab_size() const = 0;
   // Keeps provisional rows keep_rows[0], keep_rows[1], ... (relative to the first provisional
   // row) as the next committed rows; drops the rest.
   virtual Status commit(std::span<const int> keep_rows) = 0;

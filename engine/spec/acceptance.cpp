@@ -56,17 +56,19 @@ struct DeterministicWalk {
   std::vector<NodeDecision> decisions;
 };
 
-// Turns one parent's target row into the test for its children's tokens; called once per row
+// Turns one parent's target row into the test for its children's tokens; called once per parent
 // with children, so a scan over the vocabulary (argmax, max) is not repeated per sibling.
-using TokenTestFactory = std::function<std::function<bool(int32_t token)>(std::span<const float> row)>;
+using TokenTestFactory = std::function<std::function<bool(int32_t token)>(DraftNodeId parent)>;
+// The target's probability of token after parent, for the decisions.
+using TargetProbFn = std::function<float(DraftNodeId parent, int32_t token)>;
 
-DeterministicWalk walk_longest_passing(const DraftTree& tree, const TargetProbs& target,
-                                       const TokenTestFactory& make_test) {
+DeterministicWalk walk_longest_passing(const DraftTree& tree, const TokenTestFactory& make_test,
+                                       const TargetProbFn& target_prob) {
   const int n = tree.size();
   std::vector<uint8_t> pass(static_cast<size_t>(n));
   for (DraftNodeId parent = kDraftRoot; parent < n; ++parent) {
     if (tree.is_leaf(parent)) continue;
-    const auto passes = make_test(target.after(parent));
+    const auto passes = make_test(parent);
     for (DraftNodeId c : tree.children(parent)) pass[static_cast<size_t>(c)] = passes(tree.node(c).token);
   }
   // best[slot(id)]: accepted drafts below id on its best path; next[slot(id)]: the child to take.
@@ -96,7 +98,7 @@ DeterministicWalk walk_longest_passing(const DraftTree& tree, const TargetProbs&
       NodeDecision d;
       d.node = c;
       d.verdict = c == take ? NodeVerdict::kAccepted : ok ? NodeVerdict::kPassed : NodeVerdict::kRejected;
-      d.target_prob = target.after(at)[static_cast<size_t>(node.token)];
+      d.target_prob = target_prob(at, node.token);
       d.draft_prob = node.draft_prob;
       d.accept_prob = ok ? 1.0f : 0.0f;
       walk.decisions.push_back(d);
@@ -119,9 +121,12 @@ class GreedyRule final : public AcceptanceRule {
   Expected<AcceptanceResult> accept(const DraftTree& tree, const TargetProbs& target,
                                     std::mt19937_64& /*rng*/) const override {
     if (Status s = validate_acceptance_input(tree, target); !s) return s.error();
-    auto walk = walk_longest_passing(tree, target, [](std::span<const float> row) {
-      return [best = argmax_of(row)](int32_t token) { return token == best; };
-    });
+    auto walk = walk_longest_passing(
+        tree,
+        [&](DraftNodeId parent) {
+          return [best = argmax_of(target.after(parent))](int32_t token) { return token == best; };
+        },
+        [&](DraftNodeId parent, int32_t token) { return target.after(parent)[static_cast<size_t>(token)]; });
     AcceptanceResult result;
     result.accepted_path = std::move(walk.path);
     result.decisions = std::move(walk.decisions);
@@ -146,10 +151,15 @@ class CascadeRule final : public AcceptanceRule {
                                     std::mt19937_64& rng) const override {
     if (Status s = validate_acceptance_input(tree, target); !s) return s.error();
     const float tau = tau_;
-    auto walk = walk_longest_passing(tree, target, [tau](std::span<const float> row) {
-      const float top = row[static_cast<size_t>(argmax_of(row))];
-      return [row, bar = tau * top, top](int32_t token) { return top > 0 && row[static_cast<size_t>(token)] >= bar; };
-    });
+    auto walk = walk_longest_passing(
+        tree,
+        [&](DraftNodeId parent) {
+          const std::span<const float> row = target.after(parent);
+          const float top = row[static_cast<size_t>(argmax_of(row))];
+          return
+              [row, bar = tau * top, top](int32_t token) { return top > 0 && row[static_cast<size_t>(token)] >= bar; };
+        },
+        [&](DraftNodeId parent, int32_t token) { return target.after(parent)[static_cast<size_t>(token)]; });
     AcceptanceResult result;
     result.accepted_path = std::move(walk.path);
     result.decisions = std::move(walk.decisions);
@@ -275,6 +285,25 @@ class SampleRule final : public AcceptanceRule {
 };
 
 }  // namespace
+
+Expected<AcceptanceResult> accept_greedy_tokens(const DraftTree& tree, std::span<const int32_t> greedy) {
+  if (greedy.size() != static_cast<size_t>(tree.size() + 1)) {
+    return make_error("acceptance greedy: " + std::to_string(greedy.size()) + " greedy tokens for a tree of " +
+                      std::to_string(tree.size()) + " nodes (want 1 + nodes)");
+  }
+  const auto best_after = [&](DraftNodeId parent) { return greedy[static_cast<size_t>(parent + 1)]; };
+  auto walk = walk_longest_passing(
+      tree, [&](DraftNodeId parent) { return [best = best_after(parent)](int32_t token) { return token == best; }; },
+      // The one-hot row apply_sampling_filters gives at temperature 0.
+      [&](DraftNodeId parent, int32_t token) { return token == best_after(parent) ? 1.0f : 0.0f; });
+  AcceptanceResult result;
+  result.accepted_path = std::move(walk.path);
+  result.decisions = std::move(walk.decisions);
+  const DraftNodeId last = result.accepted_path.empty() ? kDraftRoot : result.accepted_path.back();
+  result.next_token = best_after(last);
+  result.bonus = tree.is_leaf(last);
+  return result;
+}
 
 std::unique_ptr<AcceptanceRule> make_greedy_rule() { return std::make_unique<GreedyRule>(); }
 std::unique_ptr<AcceptanceRule> make_sample_rule() { return std::make_unique<SampleRule>(); }

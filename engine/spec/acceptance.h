@@ -84,6 +84,12 @@ std::unique_ptr<AcceptanceRule> make_greedy_rule();
 std::unique_ptr<AcceptanceRule> make_sample_rule();
 std::unique_ptr<AcceptanceRule> make_cascade_rule(float tau);
 
+// The greedy rule from each row's argmax alone: greedy[0] after the committed context, greedy[1 + i]
+// after node i (BackendSession::forward_greedy of a verify). The same result, decisions included,
+// as make_greedy_rule()->accept on the rows apply_sampling_filters gives at temperature 0 (one-hot
+// at the argmax), without the (1 + n, vocab) probabilities.
+Expected<AcceptanceResult> accept_greedy_tokens(const DraftTree& tree, std::span<const int32_t> greedy);
+
 // Checks that target has 1 + tree.size() rows of a positive vocab and that every draft token is
 // inside it; the rules call it first.
 Status validate_acceptance_input(const DraftTree& tree, const TargetProbs& target);

@@ -110,8 +110,7 @@ class TransformerDrafter final : public Drafter {
         session_(std::move(session)),
         kv_block_size_(kv_block_size),
         context_(context),
-        logits_(static_cast<size_t>(model_->config.vocab_size)),
-        root_logits_(logits_.size()) {}
+        logits_(static_cast<size_t>(model_->config.vocab_size)) {}
 
   std::string name() const override { return name_; }
   const DrafterStats& stats() const override { return stats_; }
@@ -133,16 +132,26 @@ class TransformerDrafter final : public Drafter {
       restart_ = false;
     }
     BackendSession& kv = *session_;
+    const DraftPick pick = draft_pick(request);
+    if (seen_.size() == sequence.size() && !(pick == root_pick_)) {
+      // The root distribution is wanted in another form than the one kept: run the last token again.
+      if (auto cut = kv.truncate(static_cast<int64_t>(seen_.size()) - 1); !cut) return cut.error();
+      seen_.pop_back();
+    }
     if (seen_.size() == sequence.size()) {
-      // Nothing new since the last call: the root logits are still those of sequence.back().
+      // Nothing new since the last call: root_q_ is still the distribution after sequence.back().
     } else {
       const auto fresh = sequence.subspan(seen_.size());
       std::vector<int32_t> positions(fresh.size());
       std::iota(positions.begin(), positions.end(), static_cast<int32_t>(seen_.size()));
-      if (auto s = kv.forward(fresh, positions, nullptr, root_logits_, LogitRows::Last); !s) {
+      const auto causal = catch_up_mask(fresh.size());
+      auto q = next_distribution(kv, fresh, positions, causal ? &*causal : nullptr, request, pick);
+      if (!q) {
         kv.rollback();
-        return make_error(name_ + ": " + s.error().message);
+        return make_error(name_ + ": " + q.error().message);
       }
+      root_q_ = std::move(*q);
+      root_pick_ = pick;
       kv.commit_all();
       ++stats_.draft_forwards;
       stats_.draft_tokens += static_cast<int64_t>(fresh.size());
@@ -159,7 +168,7 @@ class TransformerDrafter final : public Drafter {
     const int64_t base = kv.committed();
     std::vector<int32_t> path;  // tokens at rows base, base + 1, ...
     const DraftDistributionFn next = [&](std::span<const int32_t> prefix) -> Expected<DraftDistribution> {
-      if (prefix.empty()) return apply_sampling_filters(root_logits_, request.filters);
+      if (prefix.empty()) return root_q_;
       size_t keep = 0;
       while (keep < path.size() && keep + 1 < prefix.size() && path[keep] == prefix[keep]) ++keep;
       if (keep < path.size()) {
@@ -170,15 +179,17 @@ class TransformerDrafter final : public Drafter {
       const auto fresh = prefix.subspan(keep);
       std::vector<int32_t> positions(fresh.size());
       std::iota(positions.begin(), positions.end(), static_cast<int32_t>(base + static_cast<int64_t>(keep)));
-      if (auto s = kv.forward(fresh, positions, nullptr, logits_, LogitRows::Last); !s) {
+      const auto causal = catch_up_mask(fresh.size());
+      auto q = next_distribution(kv, fresh, positions, causal ? &*causal : nullptr, request, pick);
+      if (!q) {
         kv.rollback();
-        return s.error();
+        return q.error();
       }
       kv.commit_all();
       path.insert(path.end(), fresh.begin(), fresh.end());
       ++stats_.draft_forwards;
       stats_.draft_tokens += static_cast<int64_t>(fresh.size());
-      return apply_sampling_filters(logits_, request.filters);
+      return q;
     };
     auto tree = build_draft_tree(request.shape, next, request.choice, request.rng);
     stats_.rollback_tokens += static_cast<int64_t>(path.size());
@@ -188,16 +199,92 @@ class TransformerDrafter final : public Drafter {
   }
 
  private:
+  static constexpr size_t kGraphedCatchUpRows = 65;  // CudaSession's largest graphed masked forward
+
+  // How a draft step turns the forward into q: where the draft is greedy (top-k choice, no top-k
+  // or top-p filter) only the tokens it can choose leave the backend (BackendSession::
+  // forward_greedy / forward_top_k); otherwise the whole row, through apply_sampling_filters.
+  struct DraftPick {
+    enum class Kind { kNone, kFull, kGreedy, kTopK } kind = Kind::kNone;
+    int k = 0;
+    float temperature = 0;
+    bool operator==(const DraftPick&) const = default;
+  };
+
+  static DraftPick draft_pick(const DraftRequest& request) {
+    DraftPick pick;
+    pick.kind = DraftPick::Kind::kFull;
+    const SamplingParams& f = request.filters;
+    if (request.choice != DraftChoice::kTopK || f.top_k > 0 || f.top_p < 1.0f) return pick;
+    const TreeShape& shape = request.shape;
+    // The most children a node gets: what the tree builder takes from one q.
+    int k = shape.kind == TreeShape::Kind::kDynamic ? shape.top_k : 0;
+    for (int b : shape.branching) k = std::max(k, b);
+    if (k < 1 || k > 64) return pick;
+    if (!(f.temperature > 0)) {
+      pick.kind = DraftPick::Kind::kGreedy;  // q is one-hot at the argmax
+      return pick;
+    }
+    pick.kind = DraftPick::Kind::kTopK;
+    pick.k = k;
+    pick.temperature = f.temperature;
+    return pick;
+  }
+
+  // On the GPU several new tokens (last round's accepted path and correction, or a draft path
+  // past a branch point) go in under an explicit causal mask: the same attention, but a CUDA
+  // forward with a mask of up to 65 rows replays a graph where an unmasked one is launched kernel
+  // by kernel. Nothing (nullopt) for one token or on the CPU.
+  std::optional<AttentionMask> catch_up_mask(size_t tokens) const {
+    if (backend_->name() != "cuda" || tokens < 2 || tokens > kGraphedCatchUpRows) return std::nullopt;
+    std::vector<int> parents(tokens);
+    std::iota(parents.begin(), parents.end(), -1);
+    return AttentionMask::from_parents(parents);
+  }
+
+  // One draft forward whose last row becomes q as `pick` says. A restricted q (greedy, top-k) is
+  // zero past its largest listed id, which the builders read as probability 0.
+  Expected<DraftDistribution> next_distribution(BackendSession& kv, std::span<const int32_t> tokens,
+                                                std::span<const int32_t> positions, const AttentionMask* mask,
+                                                const DraftRequest& request, const DraftPick& pick) {
+    if (pick.kind == DraftPick::Kind::kGreedy) {
+      int32_t best = -1;
+      if (auto s = kv.forward_greedy(tokens, positions, mask, {&best, 1}, LogitRows::Last); !s) return s.error();
+      DraftDistribution q(static_cast<size_t>(best) + 1, 0.0f);
+      q[static_cast<size_t>(best)] = 1.0f;
+      return q;
+    }
+    if (pick.kind == DraftPick::Kind::kTopK) {
+      top_ids_.resize(static_cast<size_t>(pick.k));
+      top_probs_.resize(static_cast<size_t>(pick.k));
+      if (auto s = kv.forward_top_k(tokens, positions, mask, pick.temperature, top_ids_, top_probs_); !s) {
+        return s.error();
+      }
+      int32_t last = 0;
+      for (int32_t id : top_ids_) last = std::max(last, id);
+      DraftDistribution q(static_cast<size_t>(last) + 1, 0.0f);
+      for (size_t j = 0; j < top_ids_.size(); ++j) {
+        if (top_ids_[j] >= 0) q[static_cast<size_t>(top_ids_[j])] = top_probs_[j];
+      }
+      return q;
+    }
+    if (auto s = kv.forward(tokens, positions, mask, logits_, LogitRows::Last); !s) return s.error();
+    return apply_sampling_filters(logits_, request.filters);
+  }
+
   std::string name_;
   std::unique_ptr<Model> model_;                 // the weights backend_ reads; stable address
   std::unique_ptr<TransformerBackend> backend_;  // CPU or CUDA
   std::unique_ptr<BackendSession> session_;      // the draft KV cache
   int kv_block_size_;
   int64_t context_;
-  bool restart_ = false;            // session_ holds rows of an earlier sequence
-  std::vector<int32_t> seen_;       // the sequence tokens session_ holds, all committed
-  std::vector<float> logits_;       // (vocab) scratch
-  std::vector<float> root_logits_;  // (vocab) after seen_.back()
+  bool restart_ = false;       // session_ holds rows of an earlier sequence
+  std::vector<int32_t> seen_;  // the sequence tokens session_ holds, all committed
+  std::vector<float> logits_;  // (vocab) scratch
+  DraftDistribution root_q_;   // the draft distribution after seen_.back(), as root_pick_ made it
+  DraftPick root_pick_;
+  std::vector<int32_t> top_ids_;  // forward_top_k scratch
+  std::vector<float> top_probs_;
   DrafterStats stats_;
 };
 

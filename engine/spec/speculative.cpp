@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <numeric>
+#include <optional>
 #include <random>
 
 #include "engine/backend/cpu_backend.h"
@@ -136,6 +137,14 @@ Status verify_forward(BackendSession& session, int32_t pending, const DraftTree&
   return session.forward(b.tokens, b.positions, &b.mask, logits, LogitRows::All, &c);
 }
 
+Status verify_forward_greedy(BackendSession& session, int32_t pending, const DraftTree& tree, std::span<int32_t> greedy,
+                             const ForwardContext* context) {
+  const VerifyBatch b = verify_batch(static_cast<int32_t>(session.committed()), pending, tree, context);
+  if (!context) return session.forward_greedy(b.tokens, b.positions, &b.mask, greedy, LogitRows::All);
+  const ForwardContext c = with_order(context, b);
+  return session.forward_greedy(b.tokens, b.positions, &b.mask, greedy, LogitRows::All, &c);
+}
+
 SpeculativeEngine::SpeculativeEngine(const Model& target, int threads, Precision precision) : model_(&target) {
   auto cpu = std::make_unique<CpuBackend>(target, CpuTransformerOptions{threads, precision});
   cpu_ = cpu.get();
@@ -212,11 +221,22 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
   const auto V = static_cast<size_t>(cfg.vocab_size);
   std::vector<float> logits(V);
   std::vector<float> probs, all_logits;  // (rows, V) of the latest verify, kept across rounds
+  std::vector<int32_t> row_greedy;       // (rows) of the latest greedy verify
 
   auto choose = [&](std::span<const float> row) -> int32_t {
-    if (!(target_filters.temperature > 0)) return argmax(row);
     const auto p = apply_sampling_filters(row, target_filters);
     return sample_index(std::span<const float>(p), rng);
+  };
+  // At temperature 0 the target's next token is its argmax, picked where the forward ran
+  // (forward_greedy), so no (vocab) row comes back to the host.
+  const bool greedy_target = !(target_filters.temperature > 0);
+  // One token after the last of `tokens`: the argmax, or a draw through the filters.
+  auto forward_next = [&](std::span<const int32_t> tokens, std::span<const int32_t> at, const ForwardContext* context,
+                          int32_t& next) -> Status {
+    if (greedy_target) return kv.forward_greedy(tokens, at, nullptr, {&next, 1}, LogitRows::Last, context);
+    if (auto s = kv.forward(tokens, at, nullptr, logits, LogitRows::Last, context); !s) return s;
+    next = choose(logits);
+    return {};
   };
 
   Observer* const observer = options.observer;
@@ -241,11 +261,11 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
   const int64_t prefill_start_ns = observer_now_ns();
   nvtx_push("prefill");
   const ForwardContext prefill_context{observer, -1, nullptr, {}, nullptr};
-  const Status prefilled = kv.forward(prompt, positions, nullptr, logits, LogitRows::Last, &prefill_context);
+  int32_t pending = -1;
+  const Status prefilled = forward_next(prompt, positions, &prefill_context, pending);
   nvtx_pop();
   if (!prefilled) return prefilled.error();
   kv.commit_all();
-  int32_t pending = choose(logits);
   result.timings.prefill_tokens = static_cast<int>(n_prompt);
   result.timings.prefill_seconds = ms_since(start) / 1e3;
   if (observes(observer, EventKind::kPrefill)) {
@@ -297,11 +317,10 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
     if (tree.empty()) {
       const auto t0 = Clock::now();
       PhaseSpan span(observer, "decode", round_index);
-      if (auto s = kv.forward({&pending, 1}, {&P, 1}, nullptr, logits, LogitRows::Last, &trace); !s) {
-        return s.error();
-      }
+      int32_t next = -1;
+      if (auto s = forward_next({&pending, 1}, {&P, 1}, &trace, next); !s) return s.error();
       kv.commit_all();
-      emitted.push_back(choose(logits));
+      emitted.push_back(next);
       span.end();
       round.plain_ms = ms_since(t0);
       if (round.draft_ms > 0) {
@@ -313,24 +332,37 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
       const auto t0 = Clock::now();
       const int n = tree.size();
       const size_t rows = static_cast<size_t>(n + 1);
-      probs.resize(rows * V);
-      all_logits.resize(rows * V);
-      const std::span<float> verify_logits(all_logits.data(), rows * V);
-      {
-        PhaseSpan span(observer, "verify", round_index);
-        if (auto s = verify_forward(kv, pending, tree, verify_logits, &trace); !s) return s.error();
+      Expected<AcceptanceResult> accepted = AcceptanceResult{};
+      std::optional<PhaseSpan> accept_span;
+      if (greedy) {
+        // Only each row's argmax comes back: the greedy rule needs nothing else.
+        row_greedy.resize(rows);
+        {
+          PhaseSpan span(observer, "verify", round_index);
+          if (auto s = verify_forward_greedy(kv, pending, tree, row_greedy, &trace); !s) return s.error();
+        }
+        accept_span.emplace(observer, "accept", round_index);
+        accepted = accept_greedy_tokens(tree, row_greedy);
+      } else {
+        probs.resize(rows * V);
+        all_logits.resize(rows * V);
+        const std::span<float> verify_logits(all_logits.data(), rows * V);
+        {
+          PhaseSpan span(observer, "verify", round_index);
+          if (auto s = verify_forward(kv, pending, tree, verify_logits, &trace); !s) return s.error();
+        }
+        accept_span.emplace(observer, "accept", round_index);
+        for (size_t r = 0; r < rows; ++r) {
+          apply_sampling_filters(std::span<const float>(all_logits.data() + r * V, V), target_filters,
+                                 std::span<float>(probs.data() + r * V, V));
+        }
+        accepted = (*rule)->accept(tree, TargetProbs{probs, static_cast<int>(V)}, rng);
       }
-      PhaseSpan accept_span(observer, "accept", round_index);
-      for (size_t r = 0; r < rows; ++r) {
-        apply_sampling_filters(std::span<const float>(all_logits.data() + r * V, V), target_filters,
-                               std::span<float>(probs.data() + r * V, V));
-      }
-      auto accepted = (*rule)->accept(tree, TargetProbs{probs, static_cast<int>(V)}, rng);
       if (!accepted) {
         kv.rollback();
         return accepted.error();
       }
-      accept_span.end();
+      accept_span->end();
       if (observes(observer, EventKind::kAcceptance)) observer->on_event(acceptance_event(round_index, *accepted));
       PhaseSpan commit_span(observer, "commit", round_index);
       std::vector<int> keep = {0};

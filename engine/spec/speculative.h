@@ -80,6 +80,10 @@ Status verify_forward(CpuTransformer& target, KvCache& kv, int32_t pending, cons
                       std::span<float> logits, const ForwardContext* context = nullptr);
 Status verify_forward(BackendSession& session, int32_t pending, const DraftTree& tree, std::span<float> logits,
                       const ForwardContext* context = nullptr);
+// The same verify, keeping only each row's greedy token (BackendSession::forward_greedy):
+// greedy: 1 + tree.size() ids, row 0 after the pending token, row 1 + i after node i.
+Status verify_forward_greedy(BackendSession& session, int32_t pending, const DraftTree& tree, std::span<int32_t> greedy,
+                             const ForwardContext* context = nullptr);
 
 // One target backend reused across prompts (weights packed or uploaded once). The round loop
 // runs on a BackendSession, so the same engine speculates on the CPU or the GPU; the drafters

@@ -160,6 +160,48 @@ TEST(GreedyRule, ReproducesPlainGreedyDecodingOnRandomTrees) {
   EXPECT_GT(accepted_total, 200);  // the trees did get accepted, so the comparison means something
 }
 
+// accept_greedy_tokens (the greedy rule from each row's argmax alone, as a GPU verify hands it
+// back) against the greedy rule on the one-hot rows apply_sampling_filters gives at temperature 0:
+// the same path, next token, bonus and decisions, on random trees and rows with exact ties.
+TEST(GreedyTokens, EqualTheGreedyRuleOnOneHotRows) {
+  const int vocab = 6;
+  std::mt19937_64 rng(17);
+  int accepted_total = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    DraftTree tree;
+    for (int i = 0; i < 10; ++i) {
+      const DraftNodeId parent = static_cast<DraftNodeId>(rng() % static_cast<uint64_t>(tree.size() + 1)) - 1;
+      ASSERT_TRUE(tree.add_child(parent, static_cast<int32_t>(rng() % 3), 0.5f).ok());
+    }
+    std::vector<std::vector<float>> rows;
+    std::vector<int32_t> greedy;
+    for (int r = 0; r <= tree.size(); ++r) {
+      std::vector<float> logits(static_cast<size_t>(vocab));
+      for (auto& x : logits) x = static_cast<float>(rng() % 4);  // few values: ties are common
+      rows.push_back(apply_sampling_filters(logits, SamplingParams{0.0f, 0, 1.0f, 0}));
+      greedy.push_back(static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+    }
+    auto want = make_greedy_rule()->accept(tree, Target(rows).probs(), rng);
+    auto got = accept_greedy_tokens(tree, greedy);
+    ASSERT_TRUE(want.ok() && got.ok());
+    EXPECT_EQ(got->accepted_path, want->accepted_path) << "trial " << trial;
+    EXPECT_EQ(got->next_token, want->next_token) << "trial " << trial;
+    EXPECT_EQ(got->bonus, want->bonus) << "trial " << trial;
+    ASSERT_EQ(got->decisions.size(), want->decisions.size()) << "trial " << trial;
+    for (size_t i = 0; i < got->decisions.size(); ++i) {
+      EXPECT_EQ(got->decisions[i].node, want->decisions[i].node);
+      EXPECT_EQ(got->decisions[i].verdict, want->decisions[i].verdict);
+      EXPECT_EQ(got->decisions[i].target_prob, want->decisions[i].target_prob);
+      EXPECT_EQ(got->decisions[i].draft_prob, want->decisions[i].draft_prob);
+      EXPECT_EQ(got->decisions[i].accept_prob, want->decisions[i].accept_prob);
+    }
+    accepted_total += static_cast<int>(got->accepted_path.size());
+  }
+  EXPECT_GT(accepted_total, 100);  // paths were accepted, not only rejected
+  DraftTree tree = greedy_tree();
+  EXPECT_FALSE(accept_greedy_tokens(tree, std::vector<int32_t>(3, 0)));  // 5 nodes need 6 rows
+}
+
 TEST(AcceptanceInput, RejectsMismatchedTargets) {
   const DraftTree tree = greedy_tree();
   std::mt19937_64 rng(0);
