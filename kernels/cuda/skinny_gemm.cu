@@ -40,29 +40,16 @@ __host__ __device__ constexpr int max_x_batch(int rows, Fuse f) {
 // through L1 (every warp of the block reads the same ones). Past one row, at most 128 registers
 // (two blocks an SM): a gate_up of SmolLM2 is 192 blocks, one wave on the H100's 132 SMs only
 // with two a SM. (0: no minimum, the one-row kernels as they were.)
-//
-// kSplit > 1 (one row, long K): the kSplit warps of an output row each take a contiguous
-// K / kSplit of it, and their sums meet in shared memory; a block then covers kWarps / kSplit
-// rows (N a multiple of that, K / kSplit of 8). A warp streams one 512-byte load at a time, so
-// with a row per warp the small-N matrices of Llama-8B's decode (Wo and down, N 4096: 512
-// blocks, under one wave at the 6 blocks an SM the registers allow) left half the warp slots,
-// and so half the bytes in flight, empty.
-template <int TC, Fuse F, int kPrefetch, int kSplit = 1>
+template <int TC, Fuse F, int kPrefetch>
 __global__ void __launch_bounds__(kWarps * 32, TC > 1 ? 2 : 0)
     skinny_kernel(const bf16_bits* __restrict__ W, int64_t N, int64_t K, const float* __restrict__ X, int64_t ld_x,
                   int T, float* __restrict__ Y, int64_t ldy, bool accumulate, const float* __restrict__ gamma,
                   float eps) {
-  static_assert(kSplit == 1 || TC == 1, "K is split for one row only");
   constexpr bool kNormed = F != Fuse::kPlain;
   constexpr int kRows = F == Fuse::kNormSwiGlu ? 2 : 1;  // weight rows per warp
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int part = warp % kSplit;  // which K / kSplit of the row
-  const int64_t n = static_cast<int64_t>(blockIdx.x) * (kWarps / kSplit) + warp / kSplit;
-  if (kSplit == 1 && n >= N) return;  // (split: N is a multiple of the block's rows)
-  // This warp's share of K: [k_begin, k_begin + Kp).
-  const int64_t Kp = K / kSplit, k_begin = part * Kp;
-  X += k_begin;
-  if constexpr (kNormed) gamma += k_begin;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  if (n >= N) return;
   float acc[kRows][TC];
   float sumsq[kNormed ? TC : 1];
 #pragma unroll
@@ -73,7 +60,7 @@ __global__ void __launch_bounds__(kWarps * 32, TC > 1 ? 2 : 0)
   }
   const uint4* wrow[kRows];
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) wrow[r] = reinterpret_cast<const uint4*>(W + (n + r * N) * K + k_begin);
+  for (int r = 0; r < kRows; ++r) wrow[r] = reinterpret_cast<const uint4*>(W + (n + r * N) * K);
   // The first kPrefetch steps' weights (a step is 256 k) are loaded before waiting for the kernel
   // before this one (kernels/cuda/pdl.cuh): weights are never written, and their loads then
   // overlap its tail. At one row launch() takes 8 for 1024 < K <= 2048 (SmolLM2's down
@@ -85,7 +72,7 @@ __global__ void __launch_bounds__(kWarps * 32, TC > 1 ? 2 : 0)
   for (int i = 0; i < kPrefetch; ++i) {
     const int64_t k8 = lane + 32 * i;
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) pre[r][i] = k8 * 8 < Kp ? __ldg(wrow[r] + k8) : make_uint4(0, 0, 0, 0);
+    for (int r = 0; r < kRows; ++r) pre[r][i] = k8 * 8 < K ? __ldg(wrow[r] + k8) : make_uint4(0, 0, 0, 0);
   }
   // gamma of those steps too: a weight.
   const float4 one = make_float4(1.f, 1.f, 1.f, 1.f);
@@ -95,8 +82,8 @@ __global__ void __launch_bounds__(kWarps * 32, TC > 1 ? 2 : 0)
     for (int i = 0; i < kPrefetch; ++i) {
       const int64_t k8 = lane + 32 * i;
       const float4* g = reinterpret_cast<const float4*>(gamma + k8 * 8);
-      gpre[i][0] = k8 * 8 < Kp ? __ldg(g) : one;
-      gpre[i][1] = k8 * 8 < Kp ? __ldg(g + 1) : one;
+      gpre[i][0] = k8 * 8 < K ? __ldg(g) : one;
+      gpre[i][1] = k8 * 8 < K ? __ldg(g + 1) : one;
     }
   }
   pdl_trigger();
@@ -162,13 +149,13 @@ __global__ void __launch_bounds__(kWarps * 32, TC > 1 ? 2 : 0)
     for (int i = 0; i < kPrefetch; ++i) {
       const int64_t k8 = lane + 32 * i;
       const float4* xr = reinterpret_cast<const float4*>(X + k8 * 8);
-      xpre[i][0] = k8 * 8 < Kp ? xr[0] : make_float4(0.f, 0.f, 0.f, 0.f);
-      xpre[i][1] = k8 * 8 < Kp ? xr[1] : make_float4(0.f, 0.f, 0.f, 0.f);
+      xpre[i][0] = k8 * 8 < K ? xr[0] : make_float4(0.f, 0.f, 0.f, 0.f);
+      xpre[i][1] = k8 * 8 < K ? xr[1] : make_float4(0.f, 0.f, 0.f, 0.f);
     }
     if (accumulate && lane == 0) y_old = Y[n];
 #pragma unroll
     for (int i = 0; i < kPrefetch; ++i) {
-      if ((lane + 32 * i) * 8 < Kp) {
+      if ((lane + 32 * i) * 8 < K) {
         uint4 wv[kRows];
 #pragma unroll
         for (int r = 0; r < kRows; ++r) wv[r] = pre[r][i];
@@ -179,7 +166,7 @@ __global__ void __launch_bounds__(kWarps * 32, TC > 1 ? 2 : 0)
 #pragma unroll
     for (int i = 0; i < kPrefetch; ++i) {
       const int64_t k8 = lane + 32 * i;
-      if (k8 * 8 < Kp) {
+      if (k8 * 8 < K) {
         uint4 wv[kRows];
 #pragma unroll
         for (int r = 0; r < kRows; ++r) wv[r] = pre[r][i];
@@ -187,7 +174,7 @@ __global__ void __launch_bounds__(kWarps * 32, TC > 1 ? 2 : 0)
       }
     }
   }
-  for (int64_t k8 = lane + 32 * kPrefetch; k8 * 8 < Kp; k8 += 32) {
+  for (int64_t k8 = lane + 32 * kPrefetch; k8 * 8 < K; k8 += 32) {
     uint4 wv[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) wv[r] = __ldg(wrow[r] + k8);
@@ -198,61 +185,23 @@ __global__ void __launch_bounds__(kWarps * 32, TC > 1 ? 2 : 0)
     }
     step(k8, wv, ga, gb);
   }
-  if constexpr (kSplit > 1) {
-    // The row's parts, summed in part order by the warp of part 0 (then the norm and SwiGLU as
-    // below, on the whole row's sums).
-    __shared__ float part_sums[kWarps][kRows + 1];
-    float a[kRows];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) a[r] = warp_sum(acc[r][0]);
-    float ss = 0.0f;
-    if constexpr (kNormed) ss = warp_sum(sumsq[0]);
-    if (lane == 0) {
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) part_sums[warp][r] = a[r];
-      part_sums[warp][kRows] = ss;
-    }
-    __syncthreads();
-    if (part != 0 || lane != 0) return;
-    float row_ss = ss;
-#pragma unroll
-    for (int p = 1; p < kSplit; ++p) {
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) a[r] += part_sums[warp + p][r];
-      row_ss += part_sums[warp + p][kRows];
-    }
-    float s = a[0];
+  for (int t = 0; t < TC; ++t) {
+    float s = warp_sum(acc[0][t]);
     if constexpr (kNormed) {
-      const float inv = rsqrtf(row_ss / static_cast<float>(K) + eps);
+      const float inv = rsqrtf(warp_sum(sumsq[t]) / static_cast<float>(K) + eps);
       s *= inv;
       if constexpr (F == Fuse::kNormSwiGlu) {
-        const float up = a[kRows - 1] * inv;
+        const float up = warp_sum(acc[kRows - 1][t]) * inv;
         s = s / (1.0f + expf(-s)) * up;
       }
     }
-    Y[n] = accumulate ? y_old + s : s;
-  } else {
-#pragma unroll
-    for (int t = 0; t < TC; ++t) {
-      float s = warp_sum(acc[0][t]);
-      if constexpr (kNormed) {
-        const float inv = rsqrtf(warp_sum(sumsq[t]) / static_cast<float>(K) + eps);
-        s *= inv;
-        if constexpr (F == Fuse::kNormSwiGlu) {
-          const float up = warp_sum(acc[kRows - 1][t]) * inv;
-          s = s / (1.0f + expf(-s)) * up;
-        }
-      }
-      if (lane == 0 && t < T) {
-        float* y = Y + t * ldy + n;
-        *y = accumulate ? (TC == 1 ? y_old : *y) + s : s;
-      }
+    if (lane == 0 && t < T) {
+      float* y = Y + t * ldy + n;
+      *y = accumulate ? (TC == 1 ? y_old : *y) + s : s;
     }
   }
 }
-
-// Warps per output row of a one-row product past K = 2048 (skinny_kernel's kSplit).
-constexpr int kLongRowSplit = 2;
 
 template <Fuse F, int TC>
 void launch(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld_x, int T, float* Y, int64_t ldy,
@@ -270,12 +219,6 @@ void launch(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld
       return;
     }
     if (K > 8 * 256) {
-      constexpr int kSplit = kLongRowSplit;
-      if (kSplit > 1 && N % (kWarps / kSplit) == 0 && (K / kSplit) % 8 == 0) {
-        launch_pdl(skinny_kernel<TC, F, 1, kSplit>, dim3(static_cast<unsigned>(N / (kWarps / kSplit))),
-                   dim3(kWarps * 32), 0, stream, W, N, K, X, ld_x, T, Y, ldy, accumulate, gamma, eps);
-        return;
-      }
       launch_pdl(skinny_kernel<TC, F, 1>, dim3(blocks), dim3(kWarps * 32), 0, stream, W, N, K, X, ld_x, T, Y, ldy,
                  accumulate, gamma, eps);
       return;
