@@ -85,9 +85,17 @@ template <int kVec>
 __global__ void __launch_bounds__(kSplitRowThreads)
     norm_split_kernel(const float* __restrict__ y2, float* __restrict__ x, int64_t ld_x, const float* __restrict__ w,
                       int64_t dim, float eps, bf16_bits* __restrict__ hi) {
+  const int64_t t = blockIdx.x, T = gridDim.x, n4 = dim / 4;
+  // The norm weights (never written: loaded before the wait) with the row's loads, not after
+  // the reduction (one L2 round trip less on the critical path).
+  float4 g[kVec];
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    const int64_t i = threadIdx.x + j * kSplitRowThreads;
+    if (i < n4) g[j] = __ldg(reinterpret_cast<const float4*>(w) + i);
+  }
   pdl_trigger();
   pdl_wait();
-  const int64_t t = blockIdx.x, T = gridDim.x, n4 = dim / 4;
   float4* row = reinterpret_cast<float4*>(x + t * ld_x);
   float4 v[kVec];
   float sum = 0.0f;
@@ -123,8 +131,8 @@ __global__ void __launch_bounds__(kSplitRowThreads)
   for (int j = 0; j < kVec; ++j) {
     const int64_t i = threadIdx.x + j * kSplitRowThreads;
     if (i < n4) {
-      const float4 g = reinterpret_cast<const float4*>(w)[i];
-      const float4 o = make_float4(v[j].x * inv * g.x, v[j].y * inv * g.y, v[j].z * inv * g.z, v[j].w * inv * g.w);
+      const float4 o =
+          make_float4(v[j].x * inv * g[j].x, v[j].y * inv * g[j].y, v[j].z * inv * g[j].z, v[j].w * inv * g[j].w);
       store_split4(o, hi + t * dim + 4 * i, lo + t * dim + 4 * i);
     }
   }
