@@ -432,23 +432,42 @@ struct CudaBackend::Impl {
     bf16_bits* hi = x_bf16.get();
     bf16_bits* lo = x_bf16.get() + T * K;
     cuda::f32_to_bf16_split(X, T * K, hi, lo, stream);
-    const float one = 1.0f, zero = 0.0f;
-    auto cublas_gemm = [&](const bf16_bits* x, int64_t cols, float* y, int64_t ld, const float* beta) -> Status {
-      const cublasStatus_t st = cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N),
-                                             static_cast<int>(cols), static_cast<int>(K), &one, W, CUDA_R_16BF,
-                                             static_cast<int>(K), x, CUDA_R_16BF, static_cast<int>(K), beta, y,
-                                             CUDA_R_32F, static_cast<int>(ld), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-      if (st == CUBLAS_STATUS_SUCCESS) return {};
-      return make_error("CUDA backend: cublasGemmEx (" + std::to_string(N) + "x" + std::to_string(K) + " by " +
-                        std::to_string(cols) + " columns) failed: " + cublasGetStatusString(st));
-    };
     if (T <= kStackedRows) {
-      if (auto ok = cublas_gemm(hi, 2 * T, y_split.get(), N, &zero); !ok) return ok;  // hi and lo are adjacent
+      if (auto ok = gemm_halves(W, N, K, T); !ok) return ok;
       cuda::add_split_halves(y_split.get(), T, N, Y, ldy, accumulate, stream);
       return {};
     }
-    if (auto ok = cublas_gemm(hi, T, Y, ldy, accumulate ? &one : &zero); !ok) return ok;
-    return cublas_gemm(lo, T, Y, ldy, &one);
+    const float one = 1.0f, zero = 0.0f;
+    if (auto ok = cublas_bf16(W, N, K, hi, T, Y, ldy, accumulate ? &one : &zero); !ok) return ok;
+    return cublas_bf16(W, N, K, lo, T, Y, ldy, &one);
+  }
+
+  // Whether gemm() takes the stacked cuBLAS path for this shape (neither skinny kernel, at most
+  // kStackedRows rows): there the forward's row ops may write the halves and sum the products
+  // themselves (CudaSession::enqueue_forward, model_ops.h's split row ops).
+  bool stacked(int64_t N, int64_t K, int64_t T) const {
+    return !cuda::skinny_gemm_pays(N, K, T) && !(T <= cuda::kSkinnyTcMaxRows && N * K <= kTcMaxWeights) &&
+           T <= kStackedRows;
+  }
+
+  // y_split (2T, N) = [hi; lo] · Wᵀ: the halves of X, hi (T, K) bf16 at x_bf16 and lo right after
+  // it, as 2T columns of one cuBLAS GEMM (the weights read once).
+  Status gemm_halves(const bf16_bits* W, int64_t N, int64_t K, int64_t T) {
+    const float zero = 0.0f;
+    return cublas_bf16(W, N, K, x_bf16.get(), 2 * T, y_split.get(), N, &zero);
+  }
+
+  // Y (cols, N) = alpha · x (cols, K) · W(N, K)ᵀ + beta · Y, x bf16, f32 out and compute.
+  Status cublas_bf16(const bf16_bits* W, int64_t N, int64_t K, const bf16_bits* x, int64_t cols, float* Y, int64_t ldy,
+                     const float* beta) {
+    const float one = 1.0f;
+    const cublasStatus_t st =
+        cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(cols), static_cast<int>(K),
+                     &one, W, CUDA_R_16BF, static_cast<int>(K), x, CUDA_R_16BF, static_cast<int>(K), beta, Y,
+                     CUDA_R_32F, static_cast<int>(ldy), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (st == CUBLAS_STATUS_SUCCESS) return {};
+    return make_error("CUDA backend: cublasGemmEx (" + std::to_string(N) + "x" + std::to_string(K) + " by " +
+                      std::to_string(cols) + " columns) failed: " + cublasGetStatusString(st));
   }
 
   // Y(T, N) = rmsnorm(X; gamma) · Wᵀ. One kernel for a decode step (the norm fused into the
@@ -1132,13 +1151,33 @@ class CudaSession final : public BackendSession {
     const int64_t dim = c.dim, qd = b.q_dim(), kvd = b.kv_dim(), ld = b.qkv_dim(), ffn = c.ffn_dim, V = c.vocab_size;
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     const bool adjacent = c.rope_style == RopeStyle::AdjacentPairs;
+    // Every projection on cuBLAS's stacked split path (a verify of more rows than the skinny
+    // kernels take, e.g. a 60-node tree): the row ops between two GEMMs then read the product
+    // halves and write the next GEMM's input halves themselves (model_ops.h), 5 small launches a
+    // layer instead of 11 (add, norm, split, add, SwiGLU, split, add of the unfused path).
+    const bool split_ops = !ffn_sparse && b.stacked(ld, dim, T) && b.stacked(dim, qd, T) &&
+                           b.stacked(2 * ffn, dim, T) && b.stacked(dim, ffn, T) && cuda::split_row_ops_fit(dim, ffn);
+    bf16_bits* halves = b.x_bf16.get();
+    // The new rows' block key min/max only where this forward's sparse selection reads it (a plan
+    // with a config; a plan without one attends densely in every layer); else the commit
+    // recomputes it for all layers at once: a launch a layer less in every verify (5.7 us each at 5
+    // rows on the H100, bench/results/cuda_verify_profile_smollm2_h100_2026-11-24.json; 7.4 us at
+    // 61 rows of the 8B, cuda_verify_8b_64k_profile_s9_db2b338_h100_2026-11-24.json).
+    const bool min_max_now = plan && plan->cfg;
+    if (T > 1 && !min_max_now) min_max_stale_ = true;
     cuda::embed_rows(b.embd.get(), tok_dev, T, dim, b.x.get(), s);
+    if (split_ops) cuda::rmsnorm_split_rows(b.x.get(), dim, b.layers[0].attn_norm.get(), T, dim, c.rms_eps, halves, s);
     for (int64_t l = 0; l < c.n_layers; ++l) {
       const GpuLayer& L = b.layers[static_cast<size_t>(l)];
       const cuda::PagedKvLayer& kv = layers_[static_cast<size_t>(l)];
       // Five launches a layer at decode: norm+QKV, RoPE+append+attention, Wo (+residual),
       // norm+gate_up+SwiGLU, down (+residual); larger batches split the fused ones.
-      if (auto ok = b.gemm_norm(L.qkv.get(), ld, dim, b.x.get(), T, L.attn_norm.get(), b.qkv.get(), ld); !ok) return ok;
+      if (split_ops) {
+        // The halves of rmsnorm(x) are in x_bf16 (the launch before the loop or the last layer's).
+        if (auto ok = b.gemm_halves(L.qkv.get(), ld, dim, T); !ok) return ok;
+      } else if (auto ok = b.gemm_norm(L.qkv.get(), ld, dim, b.x.get(), T, L.attn_norm.get(), b.qkv.get(), ld); !ok) {
+        return ok;
+      }
       // A decode step's RoPE, K/V append and attention in one launch (kernels/cuda/decode_attention.h;
       // it takes head_dim 64 and 128), else RoPE+append, then attention.
       const bool fused = T == 1 && !mask_dev && !plan && b.fused_decode_attention &&
@@ -1148,13 +1187,12 @@ class CudaSession final : public BackendSession {
         if (T == 1) {
           cuda::rope_append_decode_at(b.qkv.get(), c.n_heads, c.n_kv_heads, c.head_dim, pos_dev, c.rope_theta, adjacent,
                                       kv, qd + kvd, step_dev, s);
+        } else if (split_ops) {
+          cuda::rope_append_halves_at(b.y_split.get(), b.qkv.get(), ld, T, c.n_heads, c.n_kv_heads, c.head_dim, pos_dev,
+                                      c.rope_theta, adjacent, kv, qd + kvd, step_dev, min_max_now, s);
         } else {
-          // The new rows' block key min/max only where this forward's sparse selection reads it;
-          // else the commit recomputes it for all layers at once (forward() marks it stale): a
-          // launch a layer less in every verify (5.7 us each at 5 rows on the H100,
-          // bench/results/cuda_verify_profile_smollm2_h100_2026-11-24.json).
           cuda::rope_append_at(b.qkv.get(), ld, T, c.n_heads, c.n_kv_heads, c.head_dim, pos_dev, c.rope_theta, adjacent,
-                               kv, qd + kvd, step_dev, plan != nullptr, s);
+                               kv, qd + kvd, step_dev, min_max_now, s);
         }
         if (plan) {
           if (auto ok = planned_attention(*plan, static_cast<int>(l), kv, T, mask_dev, step_dev); !ok) return ok;
@@ -1162,6 +1200,25 @@ class CudaSession final : public BackendSession {
           cuda::attention_at(b.qkv.get(), ld, T, c.n_heads, kv, step_dev, mask_dev, scale, b.att.get(), s,
                              T <= kMaxGraphRows ? split_ : cuda::AttentionSplit{});
         }
+      }
+      if (split_ops) {
+        // x += att·Woᵀ, then the halves of rmsnorm(x; ffn_norm) for gate_up, SwiGLU's halves for
+        // down, and x += down's product with the next layer's norm halves (or a plain add after
+        // the last layer: the logits GEMM has a norm of its own).
+        cuda::f32_to_bf16_split(b.att.get(), T * qd, halves, halves + T * qd, s);
+        if (auto ok = b.gemm_halves(L.wo.get(), dim, qd, T); !ok) return ok;
+        cuda::add_halves_rmsnorm_split_rows(b.y_split.get(), T, dim, b.x.get(), L.ffn_norm.get(), c.rms_eps, halves, s);
+        if (auto ok = b.gemm_halves(L.gate_up.get(), 2 * ffn, dim, T); !ok) return ok;
+        cuda::swiglu_halves_split_rows(b.y_split.get(), T, ffn, halves, s);
+        if (auto ok = b.gemm_halves(L.down.get(), dim, ffn, T); !ok) return ok;
+        if (l + 1 < c.n_layers) {
+          cuda::add_halves_rmsnorm_split_rows(b.y_split.get(), T, dim, b.x.get(),
+                                              b.layers[static_cast<size_t>(l + 1)].attn_norm.get(), c.rms_eps, halves,
+                                              s);
+        } else {
+          cuda::add_split_halves(b.y_split.get(), T, dim, b.x.get(), dim, true, s);
+        }
+        continue;
       }
       if (auto ok = b.gemm(L.wo.get(), dim, qd, b.att.get(), T, b.x.get(), dim, true); !ok) return ok;
       if (ffn_sparse) {

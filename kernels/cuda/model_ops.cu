@@ -57,6 +57,104 @@ __global__ void swiglu_kernel(const float* __restrict__ gu, int64_t ffn, float* 
   out[t * ffn + i] = g / (1.0f + expf(-g)) * u;
 }
 
+// The split-halves row ops (model_ops.h). Four values a step (float4 in, 4 bf16 out per half).
+__device__ __forceinline__ void store_split4(float4 v, bf16_bits* hi, bf16_bits* lo) {
+  const float in[4] = {v.x, v.y, v.z, v.w};
+  bf16_bits h[4], l[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const __nv_bfloat16 hb = __float2bfloat16_rn(in[j]);
+    h[j] = __bfloat16_as_ushort(hb);
+    l[j] = to_bf(in[j] - __bfloat162float(hb));
+  }
+  *reinterpret_cast<uint2*>(hi) = make_uint2(h[0] | uint32_t{h[1]} << 16, h[2] | uint32_t{h[3]} << 16);
+  *reinterpret_cast<uint2*>(lo) = make_uint2(l[0] | uint32_t{l[1]} << 16, l[2] | uint32_t{l[3]} << 16);
+}
+__device__ __forceinline__ float4 add4(float4 a, float4 b) {
+  return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+}
+
+constexpr int kSplitRowThreads = 256;
+
+// One block per row t (grid T): with y2, x[t] += y2[t] + y2[T + t] first; then the halves of
+// rmsnorm(x[t]) into hi and hi + T·dim. Each thread holds its kVec float4s of the row in
+// registers, all loaded before any is used: the unfused rmsnorm_kernel walked the row twice, 16
+// dependent scalar loads a thread each time (9.6 us for 61 rows of 4096 on the H100,
+// bench/results/cuda_verify_8b_64k_profile_s9_db2b338_h100_2026-11-24.json).
+template <int kVec>
+__global__ void __launch_bounds__(kSplitRowThreads)
+    norm_split_kernel(const float* __restrict__ y2, float* __restrict__ x, int64_t ld_x, const float* __restrict__ w,
+                      int64_t dim, float eps, bf16_bits* __restrict__ hi) {
+  const int64_t t = blockIdx.x, T = gridDim.x, n4 = dim / 4;
+  // The norm weights (never written: loaded before the wait) with the row's loads, not after
+  // the reduction (one L2 round trip less on the critical path).
+  float4 g[kVec];
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    const int64_t i = threadIdx.x + j * kSplitRowThreads;
+    if (i < n4) g[j] = __ldg(reinterpret_cast<const float4*>(w) + i);
+  }
+  pdl_trigger();
+  pdl_wait();
+  float4* row = reinterpret_cast<float4*>(x + t * ld_x);
+  float4 v[kVec];
+  float sum = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    const int64_t i = threadIdx.x + j * kSplitRowThreads;
+    if (i < n4) {
+      v[j] = row[i];
+      if (y2) {
+        const float4 a = reinterpret_cast<const float4*>(y2 + t * dim)[i];
+        const float4 b = reinterpret_cast<const float4*>(y2 + (T + t) * dim)[i];
+        v[j] = add4(v[j], add4(a, b));  // x + (hi product + lo product), as add_split_halves
+        row[i] = v[j];
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    if (threadIdx.x + j * kSplitRowThreads < n4) {
+      sum += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
+    }
+  }
+  __shared__ float partial[kSplitRowThreads / 32];
+  sum = warp_sum(sum);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = sum;
+  __syncthreads();
+  float total = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kSplitRowThreads / 32; ++k) total += partial[k];
+  const float inv = rsqrtf(total / static_cast<float>(dim) + eps);
+  bf16_bits* lo = hi + T * dim;
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    const int64_t i = threadIdx.x + j * kSplitRowThreads;
+    if (i < n4) {
+      const float4 o =
+          make_float4(v[j].x * inv * g[j].x, v[j].y * inv * g[j].y, v[j].z * inv * g[j].z, v[j].w * inv * g[j].w);
+      store_split4(o, hi + t * dim + 4 * i, lo + t * dim + 4 * i);
+    }
+  }
+}
+
+// grid (ceil(ffn / 4 / 256), T): four outputs a thread.
+__global__ void swiglu_split_kernel(const float* __restrict__ y2, int64_t ffn, bf16_bits* __restrict__ hi) {
+  pdl_trigger();
+  pdl_wait();
+  const int64_t t = blockIdx.y, T = gridDim.y;
+  const int64_t i = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) * 4;
+  if (i >= ffn) return;
+  const float* top = y2 + t * 2 * ffn;
+  const float* bottom = y2 + (T + t) * 2 * ffn;
+  const float4 g = add4(*reinterpret_cast<const float4*>(top + i), *reinterpret_cast<const float4*>(bottom + i));
+  const float4 u =
+      add4(*reinterpret_cast<const float4*>(top + ffn + i), *reinterpret_cast<const float4*>(bottom + ffn + i));
+  const float4 o = make_float4(g.x / (1.0f + expf(-g.x)) * u.x, g.y / (1.0f + expf(-g.y)) * u.y,
+                               g.z / (1.0f + expf(-g.z)) * u.z, g.w / (1.0f + expf(-g.w)) * u.w);
+  store_split4(o, hi + t * ffn + i, hi + T * ffn + t * ffn + i);
+}
+
 // grid.x = token; threads over (head, pair).
 __global__ void rope_kernel(float* __restrict__ qkv, int64_t ld, int64_t heads, int64_t head_dim,
                             const int32_t* __restrict__ positions, float theta, bool adjacent) {
@@ -135,14 +233,30 @@ __global__ void kv_min_max_kernel(PagedKvLayer kv, int64_t block_begin, int64_t 
 // updates it incrementally; exact, since min and max of bf16 values round nothing.
 // kMinMax false (several new rows, grid (heads, T), row stride ld): RoPE and the append only;
 // the block min/max then comes from kv_update_min_max_at, as rows of one block may race here.
-template <bool kMinMax>
+// kHalves (several rows): qkv row t is first summed from the QKV GEMM's halves, y2 row t and
+// row T + t (T = gridDim.y), and written whole: Q rotated as above, K and V unrotated (what
+// add_split_halves then this kernel left in qkv).
+template <bool kMinMax, bool kHalves>
 __global__ void rope_append_kernel(float* __restrict__ qkv, int64_t ld, int64_t n_heads, int64_t head_dim,
                                    const int32_t* __restrict__ positions, float theta, bool adjacent, PagedKvLayer kv,
-                                   int64_t v_col, const int32_t* __restrict__ step) {
+                                   int64_t v_col, const int32_t* __restrict__ step, const float* __restrict__ y2) {
   pdl_trigger();
   pdl_wait();
   const int64_t h = blockIdx.x, t = blockIdx.y, half = head_dim / 2, i = threadIdx.x;
   if (i >= half) return;
+  const int64_t a = adjacent ? 2 * i : i, b = adjacent ? 2 * i + 1 : i + half;
+  if constexpr (kHalves) {
+    const float* lo_half = y2 + gridDim.y * ld;  // y2 row T + t
+    const int64_t head = t * ld + h * head_dim;
+    float* dst = qkv + head;
+    dst[a] = y2[head + a] + lo_half[head + a];
+    dst[b] = y2[head + b] + lo_half[head + b];
+    if (h >= n_heads) {  // a key head: its value head too
+      const int64_t vh = t * ld + v_col + (h - n_heads) * head_dim;
+      qkv[vh + a] = y2[vh + a] + lo_half[vh + a];
+      qkv[vh + b] = y2[vh + b] + lo_half[vh + b];
+    }
+  }
   qkv += t * ld;
   float* v = qkv + h * head_dim;
   const float pos = static_cast<float>(positions[t]);
@@ -150,7 +264,6 @@ __global__ void rope_append_kernel(float* __restrict__ qkv, int64_t ld, int64_t 
   const float angle = pos * inv_freq;
   const float c = static_cast<float>(cos(static_cast<double>(angle)));
   const float s = static_cast<float>(sin(static_cast<double>(angle)));
-  const int64_t a = adjacent ? 2 * i : i, b = adjacent ? 2 * i + 1 : i + half;
   const float x0 = v[a], x1 = v[b];
   const float r0 = x0 * c - x1 * s, r1 = x1 * c + x0 * s;
   if (h < n_heads) {  // a query head: rotated in place for the attention
@@ -390,6 +503,43 @@ void swiglu_rows(const float* gu, int64_t T, int64_t ffn, float* out, cudaStream
                                                                                                               out);
 }
 
+namespace {
+// The norm_split_kernel for rows of dim (split_row_ops_fit): the fewest float4s a thread.
+void launch_norm_split(const float* y2, float* x, int64_t ld_x, const float* w, int64_t T, int64_t dim, float eps,
+                       bf16_bits* hi, cudaStream_t stream) {
+  if (T <= 0) return;
+  const dim3 grid(static_cast<unsigned>(T)), block(kSplitRowThreads);
+  const int64_t per_thread = (dim / 4 + kSplitRowThreads - 1) / kSplitRowThreads;
+  if (per_thread <= 1) {
+    launch_pdl(norm_split_kernel<1>, grid, block, 0, stream, y2, x, ld_x, w, dim, eps, hi);
+  } else if (per_thread <= 2) {
+    launch_pdl(norm_split_kernel<2>, grid, block, 0, stream, y2, x, ld_x, w, dim, eps, hi);
+  } else if (per_thread <= 4) {
+    launch_pdl(norm_split_kernel<4>, grid, block, 0, stream, y2, x, ld_x, w, dim, eps, hi);
+  } else {
+    launch_pdl(norm_split_kernel<kMaxSplitRowDim / 4 / kSplitRowThreads>, grid, block, 0, stream, y2, x, ld_x, w, dim,
+               eps, hi);
+  }
+}
+}  // namespace
+
+void rmsnorm_split_rows(const float* x, int64_t ld_x, const float* weight, int64_t T, int64_t dim, float eps,
+                        bf16_bits* hi, cudaStream_t stream) {
+  // x is only read without y2 (the kernel writes it back only after adding the halves).
+  launch_norm_split(nullptr, const_cast<float*>(x), ld_x, weight, T, dim, eps, hi, stream);
+}
+
+void add_halves_rmsnorm_split_rows(const float* y2, int64_t T, int64_t dim, float* x, const float* weight, float eps,
+                                   bf16_bits* hi, cudaStream_t stream) {
+  launch_norm_split(y2, x, dim, weight, T, dim, eps, hi, stream);
+}
+
+void swiglu_halves_split_rows(const float* y2, int64_t T, int64_t ffn, bf16_bits* hi, cudaStream_t stream) {
+  if (T <= 0 || ffn <= 0) return;
+  const dim3 grid(static_cast<unsigned>((ffn / 4 + 255) / 256), static_cast<unsigned>(T));
+  launch_pdl(swiglu_split_kernel, grid, dim3(256), 0, stream, y2, ffn, hi);
+}
+
 void rope_in_place(float* qkv, int64_t ld, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                    const int32_t* positions, float theta, bool adjacent, cudaStream_t stream) {
   rope_kernel<<<static_cast<unsigned>(T), 256, 0, stream>>>(qkv, ld, n_heads + n_kv_heads, head_dim, positions, theta,
@@ -427,16 +577,29 @@ void rope_append_decode_at(float* qkv, int64_t n_heads, int64_t n_kv_heads, int6
                            float theta, bool adjacent, const PagedKvLayer& kv, int64_t v_col, const int32_t* step,
                            cudaStream_t stream) {
   const auto threads = static_cast<unsigned>((head_dim / 2 + 31) / 32 * 32);
-  launch_pdl(rope_append_kernel<true>, dim3(static_cast<unsigned>(n_heads + n_kv_heads)), dim3(threads), 0, stream, qkv,
-             int64_t{0}, n_heads, head_dim, positions, theta, adjacent, kv, v_col, step);
+  launch_pdl(rope_append_kernel<true, false>, dim3(static_cast<unsigned>(n_heads + n_kv_heads)), dim3(threads), 0,
+             stream, qkv, int64_t{0}, n_heads, head_dim, positions, theta, adjacent, kv, v_col, step,
+             static_cast<const float*>(nullptr));
 }
 
 void rope_append_at(float* qkv, int64_t ld, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                     const int32_t* positions, float theta, bool adjacent, const PagedKvLayer& kv, int64_t v_col,
                     const int32_t* step, bool update_min_max, cudaStream_t stream) {
   const auto threads = static_cast<unsigned>((head_dim / 2 + 31) / 32 * 32);
-  launch_pdl(rope_append_kernel<false>, dim3(static_cast<unsigned>(n_heads + n_kv_heads), static_cast<unsigned>(T)),
-             dim3(threads), 0, stream, qkv, ld, n_heads, head_dim, positions, theta, adjacent, kv, v_col, step);
+  launch_pdl(rope_append_kernel<false, false>,
+             dim3(static_cast<unsigned>(n_heads + n_kv_heads), static_cast<unsigned>(T)), dim3(threads), 0, stream, qkv,
+             ld, n_heads, head_dim, positions, theta, adjacent, kv, v_col, step, static_cast<const float*>(nullptr));
+  if (update_min_max) kv_update_min_max_at(kv, T, step, stream);
+}
+
+void rope_append_halves_at(const float* y2, float* qkv, int64_t ld, int64_t T, int64_t n_heads, int64_t n_kv_heads,
+                           int64_t head_dim, const int32_t* positions, float theta, bool adjacent,
+                           const PagedKvLayer& kv, int64_t v_col, const int32_t* step, bool update_min_max,
+                           cudaStream_t stream) {
+  const auto threads = static_cast<unsigned>((head_dim / 2 + 31) / 32 * 32);
+  launch_pdl(rope_append_kernel<false, true>,
+             dim3(static_cast<unsigned>(n_heads + n_kv_heads), static_cast<unsigned>(T)), dim3(threads), 0, stream, qkv,
+             ld, n_heads, head_dim, positions, theta, adjacent, kv, v_col, step, y2);
   if (update_min_max) kv_update_min_max_at(kv, T, step, stream);
 }
 

@@ -41,6 +41,28 @@ void rmsnorm_rows(const float* x, int64_t ld_x, const float* weight, int64_t T, 
                   cudaStream_t stream);
 // out[t, i] = silu(gu[t, i]) · gu[t, ffn + i]. gu: (T, 2·ffn) f32; out: (T, ffn) f32.
 void swiglu_rows(const float* gu, int64_t T, int64_t ffn, float* out, cudaStream_t stream);
+// A tree verify of more rows than the skinny kernels take runs each projection through cuBLAS on
+// X split into bf16 hi + lo halves, the two halves' products stacked as 2T rows of one output
+// (kernels/cuda/skinny_gemm.h: f32_to_bf16_split, add_split_halves). The launches below do the
+// work between two such GEMMs in one pass over rows of dim ≤ kMaxSplitRowDim: each reads the
+// product halves y2 (2T, N) (row t and row T + t sum to row t of the product) and/or writes the
+// next GEMM's input halves, hi (T, width) and lo = hi + T·width, as f32_to_bf16_split would. The
+// arithmetic is that of the launches they replace. Needs dim (and ffn) a multiple of 4 and
+// 16-byte aligned f32 arrays: split_row_ops_fit() says whether a model's shapes qualify.
+inline constexpr int64_t kMaxSplitRowDim = 8192;
+inline bool split_row_ops_fit(int64_t dim, int64_t ffn) {
+  return dim % 4 == 0 && ffn % 4 == 0 && dim > 0 && dim <= kMaxSplitRowDim;
+}
+// hi/lo (T, dim) = the halves of rmsnorm_rows(x; weight) (x rows of stride ld_x).
+void rmsnorm_split_rows(const float* x, int64_t ld_x, const float* weight, int64_t T, int64_t dim, float eps,
+                        bf16_bits* hi, cudaStream_t stream);
+// x[t] += y2[t] + y2[T + t] (a residual GEMM's halves, N = dim), then hi/lo (T, dim) = the halves
+// of rmsnorm(x[t]; weight): add_split_halves (accumulate) + rmsnorm_rows + f32_to_bf16_split.
+void add_halves_rmsnorm_split_rows(const float* y2, int64_t T, int64_t dim, float* x, const float* weight, float eps,
+                                   bf16_bits* hi, cudaStream_t stream);
+// hi/lo (T, ffn) = the halves of silu(g)·u, g = y2[t][i] + y2[T + t][i], u the same at ffn + i
+// (y2 (2T, 2·ffn), the gate_up GEMM's halves): add_split_halves + swiglu_rows + f32_to_bf16_split.
+void swiglu_halves_split_rows(const float* y2, int64_t T, int64_t ffn, bf16_bits* hi, cudaStream_t stream);
 // RoPE in place on the first n_heads + n_kv_heads heads of each row of qkv (Q heads then K
 // heads, head_dim each, row stride ld). adjacent: pairs (2i, 2i+1), else (i, i + head_dim/2).
 void rope_in_place(float* qkv, int64_t ld, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
@@ -67,6 +89,13 @@ void rope_append_decode_at(float* qkv, int64_t n_heads, int64_t n_kv_heads, int6
 void rope_append_at(float* qkv, int64_t ld, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                     const int32_t* positions, float theta, bool adjacent, const PagedKvLayer& kv, int64_t v_col,
                     const int32_t* step, bool update_min_max, cudaStream_t stream);
+// rope_append_at (update_min_max as there) reading the QKV GEMM's halves y2 (2T, ld): qkv row t
+// = y2[t] + y2[T + t] (add_split_halves), all of it written (Q rotated, K and V as summed), so
+// the add is no launch of its own.
+void rope_append_halves_at(const float* y2, float* qkv, int64_t ld, int64_t T, int64_t n_heads, int64_t n_kv_heads,
+                           int64_t head_dim, const int32_t* positions, float theta, bool adjacent,
+                           const PagedKvLayer& kv, int64_t v_col, const int32_t* step, bool update_min_max,
+                           cudaStream_t stream);
 // Several layers of one cache in one launch: layer l's arrays sit at the first layer's plus
 // l·kv (keys, values) and l·meta (key_min, key_max) elements; the block table is shared.
 struct KvLayerStrides {
@@ -117,8 +146,8 @@ AttentionSplit attention_split_for(int64_t max_rows, int64_t head_dim);
 // rows of logical block b on KV head h only where block_visible[(t·n_kv_heads + h)·nb + b] != 0,
 // nb = ceil(committed / block_size); rows of other blocks are never loaded.
 void attention_at(const float* q, int64_t ld_q, int64_t T, int64_t n_heads, const PagedKvLayer& kv, const int32_t* step,
-                  const uint8_t* mask, float scale, float* out, cudaStream_t stream,
-                  const AttentionSplit& split = {}, const uint8_t* block_visible = nullptr);
+                  const uint8_t* mask, float scale, float* out, cudaStream_t stream, const AttentionSplit& split = {},
+                  const uint8_t* block_visible = nullptr);
 
 // Programmatic dependent launch for the decode step's kernels (kernels/cuda/pdl.cuh says what
 // it is); process-wide, on by default.

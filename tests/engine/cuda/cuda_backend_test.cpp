@@ -245,6 +245,52 @@ TEST_F(CudaBackendTest, TreeMaskedForwardAndCommitMatchCpu) {
   EXPECT_LT(rel_l2(again, lg), 1e-6);
 }
 
+// A verify of a wide tree (40 rows: every projection on cuBLAS's split halves, and the row ops
+// between the GEMMs fused, CudaSession::enqueue_forward's split_ops) against the CPU, all rows'
+// logits and the last row's alone, then a commit of one path and a decode step.
+TEST_F(CudaBackendTest, WideTreeVerifyMatchesCpu) {
+  const auto prompt = encode("The quick brown fox jumps over the lazy dog. The quick brown");
+  const int64_t V = cuda_->config().vocab_size;
+  auto cs = cpu_->start(16, 256);
+  auto gs = cuda_->start(16, 256);
+  ASSERT_TRUE(cs && gs);
+  std::vector<float> lc(V), lg(V);
+  ASSERT_TRUE(prefill(**cs, prompt, lc) && prefill(**gs, prompt, lg));
+  const int32_t n0 = static_cast<int32_t>(prompt.size());
+  const int T = 40;
+  std::vector<int> parents(T, -1), depth(T, 0);
+  std::vector<int32_t> tokens(T), pos(T);
+  tokens[0] = argmax(lc);
+  pos[0] = n0;
+  for (int i = 1; i < T; ++i) {
+    parents[i] = (i - 1) / 3;  // a 3-ary tree, BFS order
+    depth[i] = depth[parents[i]] + 1;
+    tokens[i] = 100 + 37 * i;
+    pos[i] = n0 + depth[i];
+  }
+  const auto mask = AttentionMask::from_parents(parents);
+  std::vector<float> ac(T * V), ag(T * V);
+  ASSERT_TRUE((*cs)->forward(tokens, pos, &mask, ac, LogitRows::All));
+  ASSERT_TRUE((*gs)->forward(tokens, pos, &mask, ag, LogitRows::All));
+  const double all = rel_l2(ag, ac);
+  (*gs)->rollback();
+  ASSERT_TRUE((*gs)->forward(tokens, pos, &mask, lg, LogitRows::Last));
+  const std::vector<float> last_cpu(ac.end() - V, ac.end());
+  const double last = rel_l2(lg, last_cpu);
+  const std::vector<int> keep = {0, 1, 4, 13};  // a root-to-leaf path
+  ASSERT_TRUE((*cs)->commit(keep));
+  ASSERT_TRUE((*gs)->commit(keep));
+  int32_t tok = 42, p = n0 + 4;
+  ASSERT_TRUE((*cs)->forward({&tok, 1}, {&p, 1}, nullptr, lc, LogitRows::Last));
+  ASSERT_TRUE((*gs)->forward({&tok, 1}, {&p, 1}, nullptr, lg, LogitRows::Last));
+  const double after = rel_l2(lg, lc);
+  std::printf("40-row tree verify: rel L2 %.2e all rows, %.2e last row, %.2e the decode step after a commit\n", all,
+              last, after);
+  EXPECT_LT(all, 1e-2);
+  EXPECT_LT(last, 1e-2);
+  EXPECT_LT(after, 1e-2);
+}
+
 // Decode steps and tree verifies replayed from captured CUDA graphs give the same logits, bit for
 // bit, as the same kernels launched one by one: across two tree forwards of one shape with
 // different masks, commits, a rollback,

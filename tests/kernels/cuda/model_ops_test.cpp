@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -277,6 +278,145 @@ TEST_F(ModelOpsTest, FusedDecodeRopeAppendEqualsTheSeparateLaunches) {
       cudaFree(qb);
       cudaFree(step);
       cudaFree(pos);
+    }
+  }
+}
+
+// The split row ops (a verify's work between two stacked cuBLAS GEMMs) against double CPU
+// references, for every per-thread width of the norm kernel (dim 576: one float4 a thread, 1536:
+// two, 4096: four, 8192: eight). hi + lo carries ~16 bits: within 5e-5 of the reference, where
+// hi alone (bf16) is off by up to 2e-3.
+TEST_F(ModelOpsTest, SplitRowOpsMatchCpu) {
+  struct Shape {
+    int64_t T, dim, ffn;
+  };
+  for (const Shape sh : {Shape{3, 576, 1536}, Shape{61, 1536, 512}, Shape{61, 4096, 1024}, Shape{17, 8192, 256}}) {
+    const int64_t T = sh.T, dim = sh.dim, ffn = sh.ffn, ld_x = dim + 8;
+    ASSERT_TRUE(split_row_ops_fit(dim, ffn));
+    const int64_t width = std::max(dim, ffn);
+    bf16_bits* dhalves = nullptr;
+    ASSERT_EQ(cudaMalloc(&dhalves, 2 * T * width * 2), cudaSuccess);
+    auto halves_value = [&](const std::vector<uint16_t>& h, int64_t n, int64_t i) {
+      auto f = [](uint16_t b) {  // a bf16 is the upper half of an f32
+        const uint32_t bits = uint32_t{b} << 16;
+        float v;
+        std::memcpy(&v, &bits, 4);
+        return double(v);
+      };
+      return f(h[i]) + f(h[n + i]);
+    };
+    // The worst relative error of the halves (T, n) against ref(t, i).
+    auto worst_of = [&](int64_t n, auto&& ref) {
+      const auto h = download(dhalves, 2 * T * n);
+      double worst = 0;
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t i = 0; i < n; ++i) {
+          const double r = ref(t, i);
+          worst = std::max(worst, std::abs(halves_value(h, T * n, t * n + i) - r) / (std::abs(r) + 1e-3));
+        }
+      return worst;
+    };
+    const auto w = random(dim, 1.5f);
+    float* dw = upload(w);
+    // rmsnorm(x) of rows with stride ld_x.
+    auto norm_ref = [&](const std::vector<float>& x, int64_t ld) {
+      std::vector<double> inv(T);
+      for (int64_t t = 0; t < T; ++t) {
+        double ss = 0;
+        for (int64_t i = 0; i < dim; ++i) ss += double(x[t * ld + i]) * x[t * ld + i];
+        inv[t] = 1.0 / std::sqrt(ss / dim + 1e-5);
+      }
+      return [&x, ld, inv, &w](int64_t t, int64_t i) { return x[t * ld + i] * inv[t] * w[i]; };
+    };
+    {
+      const auto x = random(T * ld_x, 3.0f);
+      float* dx = upload(x);
+      rmsnorm_split_rows(dx, ld_x, dw, T, dim, 1e-5f, dhalves, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const double worst = worst_of(dim, norm_ref(x, ld_x));
+      std::printf("rmsnorm split (T %lld, dim %lld): worst rel %.2e\n", (long long)T, (long long)dim, worst);
+      EXPECT_LT(worst, 5e-5) << "rmsnorm split, dim " << dim;
+      EXPECT_EQ(download(dx, T * ld_x), x) << "x is only read";
+      cudaFree(dx);
+    }
+    {
+      auto x = random(T * dim, 3.0f);
+      const auto y2 = random(2 * T * dim, 2.0f);
+      float* dx = upload(x);
+      float* dy2 = upload(y2);
+      add_halves_rmsnorm_split_rows(dy2, T, dim, dx, dw, 1e-5f, dhalves, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      // The residual: bit for bit add_split_halves's x + (hi product + lo product).
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t i = 0; i < dim; ++i) x[t * dim + i] += y2[t * dim + i] + y2[(T + t) * dim + i];
+      ASSERT_EQ(download(dx, T * dim), x) << "residual, dim " << dim;
+      const double worst = worst_of(dim, norm_ref(x, dim));
+      std::printf("add + rmsnorm split (T %lld, dim %lld): worst rel %.2e\n", (long long)T, (long long)dim, worst);
+      EXPECT_LT(worst, 5e-5) << "add + rmsnorm split, dim " << dim;
+      cudaFree(dx);
+      cudaFree(dy2);
+    }
+    {
+      const auto y2 = random(2 * T * 2 * ffn, 4.0f);
+      float* dy2 = upload(y2);
+      swiglu_halves_split_rows(dy2, T, ffn, dhalves, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const double worst = worst_of(ffn, [&](int64_t t, int64_t i) {
+        const double g = double(y2[t * 2 * ffn + i]) + y2[(T + t) * 2 * ffn + i];
+        const double u = double(y2[t * 2 * ffn + ffn + i]) + y2[(T + t) * 2 * ffn + ffn + i];
+        return g / (1 + std::exp(-g)) * u;
+      });
+      std::printf("swiglu split (T %lld, ffn %lld): worst rel %.2e\n", (long long)T, (long long)ffn, worst);
+      EXPECT_LT(worst, 5e-5) << "swiglu split, ffn " << ffn;
+      cudaFree(dy2);
+    }
+    cudaFree(dw);
+    cudaFree(dhalves);
+  }
+}
+
+// rope_append_halves_at equals add_split_halves' sum followed by rope_append_at, bit for bit: the
+// qkv rows (Q rotated, K and V as summed), the cache rows and the block min/max, over a tree's 61
+// rows that start mid-block.
+TEST_F(ModelOpsTest, RopeAppendHalvesEqualsAddThenRopeAppend) {
+  for (int64_t hd : {64, 128}) {
+    for (bool adjacent : {false, true}) {
+      const int64_t T = 61, heads = 8, kv_heads = 2, B = 16, blocks = 5, first_new = 5;
+      const int64_t qd = heads * hd, kvd = kv_heads * hd, ld = qd + 2 * kvd;
+      const std::vector<int32_t> table = {3, 1, 4, 0, 2};
+      testing::DevicePagedKv plain_cache(blocks, kv_heads, B, hd, table, 0, 0.0f),
+          halves_cache(blocks, kv_heads, B, hd, table, 0, 0.0f);
+      const auto y2 = random(2 * T * ld, 2.0f);
+      std::vector<float> summed(T * ld);
+      for (int64_t i = 0; i < T * ld; ++i) summed[i] = y2[i] + y2[T * ld + i];
+      std::vector<int32_t> positions(T);
+      for (int64_t t = 0; t < T; ++t) positions[t] = int32_t(first_new + 1 + t / 6);  // tree depths
+      const std::vector<int32_t> st = {int32_t(first_new), int32_t(first_new)};
+      float* dplain = upload(summed);
+      float* dy2 = upload(y2);
+      float* dqkv = upload(std::vector<float>(T * ld, 0.0f));
+      int32_t* dpos = upload(positions);
+      int32_t* dstep = upload(st);
+      rope_append_at(dplain, ld, T, heads, kv_heads, hd, dpos, 500000.0f, adjacent, plain_cache.kv, qd + kvd, dstep,
+                     true, nullptr);
+      rope_append_halves_at(dy2, dqkv, ld, T, heads, kv_heads, hd, dpos, 500000.0f, adjacent, halves_cache.kv, qd + kvd,
+                            dstep, true, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      EXPECT_EQ(download(dqkv, T * ld), download(dplain, T * ld)) << "qkv, hd " << hd << " adjacent " << adjacent;
+      const auto& a = plain_cache;
+      const auto& b = halves_cache;
+      EXPECT_EQ(download(b.kv.keys, b.n_kv), download(a.kv.keys, a.n_kv)) << "keys, hd " << hd;
+      EXPECT_EQ(download(b.kv.values, b.n_kv), download(a.kv.values, a.n_kv)) << "values, hd " << hd;
+      EXPECT_EQ(download(b.kv.key_min, b.n_meta), download(a.kv.key_min, a.n_meta)) << "key min, hd " << hd;
+      EXPECT_EQ(download(b.kv.key_max, b.n_meta), download(a.kv.key_max, a.n_meta)) << "key max, hd " << hd;
+      // Not vacuous: the rows did land in the cache (a key of the last row is not the zero fill).
+      const auto keys = download(b.kv.keys, b.n_kv);
+      EXPECT_NE(std::count(keys.begin(), keys.end(), uint16_t{0}), static_cast<long>(keys.size()));
+      cudaFree(dplain);
+      cudaFree(dy2);
+      cudaFree(dqkv);
+      cudaFree(dpos);
+      cudaFree(dstep);
     }
   }
 }

@@ -77,6 +77,9 @@ TEST_F(SkinnyGemmTest, MatchesDoubleReferenceForEveryRowCount) {
   expect_matches_double(*this, skinny_gemm, 1000, 1544, {1, 2, 3, 4, 5, 6, 7, 8, 13, 16, 17, 32, 33, 64}, "skinny");
   expect_matches_double(*this, skinny_gemm, 1003, 1000, {1, 2, 3, 5, 6, 7, 12}, "skinny, N 1003, K 1000");
   expect_matches_double(*this, skinny_gemm, 1000, 2312, {1, 2, 5, 6}, "skinny, K 2312");
+  // Llama-8B-like long rows (K 4160) at one row, N a multiple of a block's rows or not.
+  expect_matches_double(*this, skinny_gemm, 1000, 4160, {1, 2}, "skinny, K 4160");
+  expect_matches_double(*this, skinny_gemm, 1003, 4160, {1}, "skinny, N 1003, K 4160");
 }
 
 TEST_F(SkinnyGemmTest, TensorCorePathMatchesDoubleReferenceOverF32Inputs) {
@@ -98,9 +101,10 @@ TEST_F(SkinnyGemmTest, TensorCorePathMatchesDoubleReferenceOverF32Inputs) {
 
 // The fused decode variants against RMSNorm, the product and SwiGLU done separately in double.
 // ffn 504 (not a multiple of 16) runs the f32 kernels; 496 the tensor-core ones too, up to 16 rows.
-// K 576 is SmolLM2's hidden size (the 4-step prefetch at one row); 2320 takes the 1-step one.
+// K 576 is SmolLM2's hidden size (the 4-step prefetch at one row); 2320 and 4160 take the 1-step
+// one.
 TEST_F(SkinnyGemmTest, NormAndSwiGluFusionsMatchTheSeparateSteps) {
-  for (const auto& [ffn, K] : {std::pair<int64_t, int64_t>{504, 576}, {496, 576}, {496, 2320}}) {
+  for (const auto& [ffn, K] : {std::pair<int64_t, int64_t>{504, 576}, {496, 576}, {496, 2320}, {248, 4160}}) {
     const int64_t ld_x = K + 8;
     const float eps = 1e-5f;
     const auto weights = bf16_weights(2 * ffn * K, 0.05f);
