@@ -259,18 +259,22 @@ struct CpuTransformer::Impl {
     const int64_t B = kv.block_size(), committed = kv.committed();
     const int64_t qkv_ld = q_dim() + 2 * kv_dim();
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    // A task is (token, KV head) with its whole query group, so each key row is read once per
-    // group; with few tokens (decode) that leaves threads idle, so tasks become single query heads.
-    const int64_t per_task = T * cfg.n_kv_heads >= 4 * pool.size() ? group : 1;
-    const int64_t tasks_per_token = cfg.n_heads / per_task;
+    // The (token, query head) pairs split evenly over the threads, and each thread takes its pairs
+    // in runs that share a token and a KV head: one attention_group call per run, which reads each
+    // key and value row once for the run's query heads. A decode step's 9 heads over 2 threads (3
+    // KV heads) become heads 0-2 and 3-4 on one thread, 5 and 6-8 on the other, instead of nine
+    // one-head calls that read each KV head's rows three times. A query's result does not depend
+    // on which queries share its call, so the split changes no bits.
     pool.run([&](int index, int n_threads) {
       int64_t begin, end;
-      ThreadPool::split(T * tasks_per_token, 1, index, n_threads, begin, end);
+      ThreadPool::split(T * cfg.n_heads, 1, index, n_threads, begin, end);
       auto& my_spans = spans[static_cast<size_t>(index)];
       float* my_scores = scores[static_cast<size_t>(index)].data();
-      for (int64_t task = begin; task < end; ++task) {
-        const int64_t t = task / tasks_per_token, first_head = (task % tasks_per_token) * per_task;
+      for (int64_t first = begin; first < end;) {
+        const int64_t t = first / cfg.n_heads, first_head = first % cfg.n_heads;
         const int64_t h = first_head / group;  // KV head
+        const int64_t per_task = std::min((h + 1) * group - first_head, end - first);
+        first += per_task;
         my_spans.clear();
         const auto push_block = [&](int64_t b) {
           my_spans.push_back({kv.keys(layer, h, b), kv.values(layer, h, b), std::min(B, committed - b * B), nullptr});

@@ -125,6 +125,9 @@ TEST(Attention, QueriesOfOneCallEqualOneQueryCalls) {
 // A chain's token t in a verify (its keys split where the verify's blocks split them, later new
 // rows masked out) equals a decode step of the same token (the same keys as committed blocks
 // plus one new row): the invariant that makes greedy speculation equal plain greedy decoding.
+// The decode step calls attention_group with any contiguous run of a KV head's query heads
+// (CpuTransformer splits a step's heads over its threads: with 2 threads SmolLM2's 9 heads run as
+// 3+2 and 1+3), over 16- or 64-row cache blocks; every run must give the verify's bits.
 TEST(Attention, VerifyRowEqualsDecodeStep) {
   std::mt19937 rng(std::random_device{}());
   const int64_t hd = 64, committed = 16 * 31 + 7, tokens = 12, group = 3;
@@ -133,21 +136,24 @@ TEST(Attention, VerifyRowEqualsDecodeStep) {
     for (int64_t j = 0; j < tokens; ++j) verify.mask[static_cast<size_t>(t * tokens + j)] = j <= t;
   }
   const auto out = verify.run();
-  for (int64_t t = 0; t < tokens; ++t) {
-    const int64_t seen = committed + t;  // committed keys before the decode step's new row
-    std::vector<KvSpan> decode;
-    for (int64_t b = 0; b * 16 < seen; ++b) {
-      decode.push_back(
-          {verify.keys.data() + b * 16 * hd, verify.values.data() + b * 16 * hd, std::min<int64_t>(16, seen - b * 16)});
-    }
-    decode.push_back({verify.keys.data() + seen * hd, verify.values.data() + seen * hd, 1});
-    std::vector<float> scores(static_cast<size_t>(group * (seen + 1))), step(static_cast<size_t>(group * hd));
-    attention_group(verify.q.data() + t * group * hd, group, hd, decode, 0.125f, scores.data(), step.data());
-    ASSERT_EQ(0, std::memcmp(step.data(), out.data() + t * group * hd, group * hd * sizeof(float))) << "token " << t;
-    for (int64_t g = 0; g < group; ++g) {  // and each head alone, as the two-thread decode runs it
-      std::vector<float> one(static_cast<size_t>(hd));
-      attention_group(verify.q.data() + (t * group + g) * hd, 1, hd, decode, 0.125f, scores.data(), one.data());
-      ASSERT_EQ(0, std::memcmp(one.data(), out.data() + (t * group + g) * hd, hd * sizeof(float))) << "token " << t;
+  for (const int64_t block : {16, 64}) {
+    for (int64_t t = 0; t < tokens; ++t) {
+      const int64_t seen = committed + t;  // committed keys before the decode step's new row
+      std::vector<KvSpan> decode;
+      for (int64_t b = 0; b * block < seen; ++b) {
+        decode.push_back({verify.keys.data() + b * block * hd, verify.values.data() + b * block * hd,
+                          std::min<int64_t>(block, seen - b * block)});
+      }
+      decode.push_back({verify.keys.data() + seen * hd, verify.values.data() + seen * hd, 1});
+      std::vector<float> scores(static_cast<size_t>(group * (seen + 1))), step(static_cast<size_t>(group * hd));
+      for (int64_t first = 0; first < group; ++first) {
+        for (int64_t n = 1; first + n <= group; ++n) {
+          const int64_t row = t * group + first;  // the run's first query among the verify's
+          attention_group(verify.q.data() + row * hd, n, hd, decode, 0.125f, scores.data(), step.data());
+          ASSERT_EQ(0, std::memcmp(step.data(), out.data() + row * hd, n * hd * sizeof(float)))
+              << "token " << t << ", heads " << first << ".." << first + n - 1 << ", " << block << "-row blocks";
+        }
+      }
     }
   }
 }
