@@ -21,41 +21,13 @@ const char* const specula::bench::kBenchName = "bench_attention";
 
 namespace {
 
+using specula::bench::batched_ms;
 using specula::bench::check_ok;
 using specula::bench::dalloc;
 using specula::bench::median_ms;
 using specula::bench::sparse_read_bytes;
 
 using namespace specula::cuda;
-
-// The kernels' own GPU time per call, without the per-call launch latency that the event median
-// includes: `calls` back-to-back calls of body(i) between two events, divided by `calls`; the
-// median of `repeats` such batches, after 3 warm-up calls. Back-to-back calls may overlap a
-// call's launch and prologue with the previous call's tail (programmatic dependent launch), so
-// this is the throughput figure; median_ms stays the per-call latency figure.
-template <class F>
-double batched_ms(F&& body, int calls, int repeats) {
-  cudaEvent_t a, b;
-  CHECK_CUDA(cudaEventCreate(&a));
-  CHECK_CUDA(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) body(i);
-  CHECK_CUDA(cudaDeviceSynchronize());
-  std::vector<float> t;
-  for (int r = 0; r < repeats; ++r) {
-    CHECK_CUDA(cudaEventRecord(a));
-    for (int i = 0; i < calls; ++i) body(r * calls + i);
-    CHECK_CUDA(cudaEventRecord(b));
-    CHECK_CUDA(cudaEventSynchronize(b));
-    float ms = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms / static_cast<float>(calls));
-  }
-  CHECK_CUDA(cudaGetLastError());
-  std::sort(t.begin(), t.end());
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return t[t.size() / 2];
-}
 
 }  // namespace
 

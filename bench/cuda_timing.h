@@ -1,7 +1,8 @@
 #pragma once
 // What the GPU bench mains share: a CUDA call that must succeed (else the bench says which call
-// failed and exits 1), the median of CUDA-event timings of a body, the device as the results
-// JSON names it, and the copy-bandwidth ceiling measured in the same run.
+// failed and exits 1), the median of CUDA-event timings of a body (one call or a batch of
+// calls), the device as the results JSON names it, and the copy-bandwidth ceiling measured in
+// the same run.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -53,30 +54,39 @@ inline SparseReadBytes sparse_read_bytes(double blocks_unique, double blocks_loa
 
 namespace specula::bench {
 
-// Median of `iterations` timings (ms, CUDA events on the default stream) of body(i), after 3
-// untimed warm-up calls.
+// Median of `repeats` batch timings (ms per call, CUDA events on the default stream): a batch is
+// `calls` back-to-back calls of body(r * calls + i) between two events, divided by `calls`;
+// after 3 untimed warm-up calls. With calls > 1 a call's launch and prologue may overlap the
+// previous call's tail (programmatic dependent launch): the kernels' throughput, without the
+// per-call launch latency that one call a batch includes.
 template <class F>
-double median_ms(F&& body, int iterations) {
+double batched_ms(F&& body, int calls, int repeats) {
   cudaEvent_t a, b;
   CHECK_CUDA(cudaEventCreate(&a));
   CHECK_CUDA(cudaEventCreate(&b));
   for (int i = 0; i < 3; ++i) body(i);
   CHECK_CUDA(cudaDeviceSynchronize());
   std::vector<float> t;
-  for (int i = 0; i < iterations; ++i) {
+  for (int r = 0; r < repeats; ++r) {
     CHECK_CUDA(cudaEventRecord(a));
-    body(i);
+    for (int i = 0; i < calls; ++i) body(r * calls + i);
     CHECK_CUDA(cudaEventRecord(b));
     CHECK_CUDA(cudaEventSynchronize(b));
     float ms = 0;
     CHECK_CUDA(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
+    t.push_back(ms / static_cast<float>(calls));
   }
   CHECK_CUDA(cudaGetLastError());
   std::sort(t.begin(), t.end());
   cudaEventDestroy(a);
   cudaEventDestroy(b);
   return t[t.size() / 2];
+}
+
+// Median of `iterations` single-call timings of body(i) (ms), after 3 untimed warm-up calls.
+template <class F>
+double median_ms(F&& body, int iterations) {
+  return batched_ms(body, 1, iterations);
 }
 
 // A device buffer of at least `bytes` (256 when asked for none), never freed: the bench exits.
