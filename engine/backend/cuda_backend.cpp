@@ -595,31 +595,33 @@ struct CudaBackend::Impl {
   // (the weights are read once, what a verify step is bound by) and add_split_halves sums them;
   // above, two GEMMs (a long prefill is compute-bound either way).
   static constexpr int64_t kStackedRows = 64;
-  // Our tensor-core kernel beat cuBLAS on matrices up to about this many weights (SmolLM2's
-  // projections) and lost on Llama-8B's (bench/results/skinny_gemm_h100_2026-11-24.json).
-  static constexpr int64_t kTcMaxWeights = int64_t{4} << 20;
+  // A small matrix (SmolLM2's projections): its GEMM's time is launch latency more than bytes.
+  static constexpr int64_t kSmallMatrixWeights = int64_t{4} << 20;
+  // Up to this many rows a small matrix takes our f32 skinny kernel, above them cuBLAS's stacked
+  // halves: whole verifies of SmolLM2's shapes took 0.92 against 0.94 ms at 6 rows, 1.11 against
+  // 0.94 at 7 and 1.87 against 0.96 at 16 (bench/results/gpu_verify_routes_s9_h100_2026-11-24.json).
+  static constexpr int64_t kSkinnyVerifyRows = 6;
 
   // The route of a T-row product with W (N, K): one row always our skinny kernel (a decode
-  // step); else the forced route of CudaBackendOptions where it can run, else by shape:
-  // (head: the logits GEMM; swiglu: the fused gate_up + SwiGLU, W (2·ffn, K))
-  GemmRoute route(int64_t N, int64_t K, int64_t T, bool head, bool swiglu) const {
+  // step); else the forced route of CudaBackendOptions where it can run, else by shape. The
+  // tensor-core kernel is never picked: in whole verifies it lost to both others at every size
+  // from 2 to 16 rows (1.9-2.6 ms on SmolLM2, 23-28 against 6.4 ms on Llama-8B), and skinny
+  // lost to cuBLAS on Llama-8B's matrices from 2 rows (6.62 against 6.36 ms); on SmolLM2's
+  // logits GEMM neither beat cuBLAS beyond noise (the same file). head: the logits GEMM.
+  GemmRoute route(int64_t N, int64_t K, int64_t T, bool head) const {
     if (T == 1) return GemmRoute::kSkinny;
-    const bool tc_fits = T <= cuda::kSkinnyTcMaxRows && N % 16 == 0 && K % 16 == 0;
     const GemmRoute forced = head ? head_route : layer_route;
     if (forced == GemmRoute::kSkinny && T <= cuda::kSkinnyMaxRows) return GemmRoute::kSkinny;
+    const bool tc_fits = T <= cuda::kSkinnyTcMaxRows && N % 16 == 0 && K % 16 == 0;
     if (forced == GemmRoute::kTensorCore && tc_fits) return GemmRoute::kTensorCore;
     if (forced != GemmRoute::kAuto) return GemmRoute::kCublas;
-    const bool small = N * K <= kTcMaxWeights;
-    // On SmolLM2's projections our f32 kernel matched the tensor-core one up to 8 rows, and up to
-    // 16 for the fused gate_up + SwiGLU (11.6 against 17.8 us at 16, skinny_gemm_h100_2026-11-24).
-    if (small && (T <= 8 || (swiglu && T <= 16))) return GemmRoute::kSkinny;
-    if (small && tc_fits) return GemmRoute::kTensorCore;
+    if (N * K <= kSmallMatrixWeights && T <= kSkinnyVerifyRows) return GemmRoute::kSkinny;
     return GemmRoute::kCublas;
   }
 
   Status gemm(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t T, float* Y, int64_t ldy,
               bool accumulate, bool head = false) {
-    const GemmRoute r = route(N, K, T, head, false);
+    const GemmRoute r = route(N, K, T, head);
     if (r == GemmRoute::kSkinny && cuda::skinny_gemm(W, N, K, X, K, T, Y, ldy, accumulate, stream)) return {};
     if (r == GemmRoute::kTensorCore && cuda::skinny_gemm_tc(W, N, K, X, K, T, Y, ldy, accumulate, stream)) return {};
     bf16_bits* hi = x_bf16.get();
@@ -638,14 +640,18 @@ struct CudaBackend::Impl {
   // Whether gemm() takes the stacked cuBLAS path for this shape of a layer (route() says cuBLAS,
   // at most kStackedRows rows): there the forward's row ops may write the halves and sum the
   // products themselves (CudaSession::enqueue_forward, model_ops.h's split row ops).
-  bool stacked(int64_t N, int64_t K, int64_t T, bool swiglu = false) const {
-    return route(N, K, T, false, swiglu) == GemmRoute::kCublas && T <= kStackedRows;
+  bool stacked(int64_t N, int64_t K, int64_t T) const {
+    return route(N, K, T, false) == GemmRoute::kCublas && T <= kStackedRows;
   }
 
   // y_split (2T, N) = [hi; lo] · Wᵀ: the halves of X, hi (T, K) bf16 at x_bf16 and lo right after
   // it, as 2T columns of one cuBLAS GEMM (the weights read once).
   Status gemm_halves(const bf16_bits* W, int64_t N, int64_t K, int64_t T) {
-    if (cublaslt_tuned) return lt.run(W, N, K, x_bf16.get(), 2 * T, y_split.get(), stream);
+    // cuBLASLt's timed pick only for large matrices: on Llama-8B's it took a 61-row 64K verify
+    // from 13.41 to 13.13 ms, on SmolLM2's small ones it was 0.01-0.06 ms a verify slower.
+    if (cublaslt_tuned && N * K > kSmallMatrixWeights) {
+      return lt.run(W, N, K, x_bf16.get(), 2 * T, y_split.get(), stream);
+    }
     const float zero = 0.0f;
     return cublas_bf16(W, N, K, x_bf16.get(), 2 * T, y_split.get(), N, &zero);
   }
@@ -667,7 +673,7 @@ struct CudaBackend::Impl {
   // skinny GEMM), else RMSNorm into xn and gemm(). X rows have stride K.
   Status gemm_norm(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t T, const float* gamma, float* Y,
                    int64_t ldy, bool head = false) {
-    const GemmRoute r = route(N, K, T, head, false);
+    const GemmRoute r = route(N, K, T, head);
     if (r == GemmRoute::kSkinny && cuda::skinny_gemm_norm(W, N, K, X, K, T, gamma, cfg.rms_eps, Y, ldy, stream)) {
       return {};
     }
@@ -683,7 +689,7 @@ struct CudaBackend::Impl {
   // RMSNorm, the GEMM into gu and SwiGLU.
   Status gate_up_swiglu(const GpuLayer& L, const float* X, int64_t T) {
     const int64_t dim = cfg.dim, ffn = cfg.ffn_dim;
-    const GemmRoute r = route(2 * ffn, dim, T, false, true);
+    const GemmRoute r = route(2 * ffn, dim, T, false);
     if (r == GemmRoute::kSkinny && cuda::skinny_gemm_norm_swiglu(L.gate_up.get(), ffn, dim, X, dim, T, L.ffn_norm.get(),
                                                                  cfg.rms_eps, xn.get(), ffn, stream)) {
       return {};
@@ -1346,8 +1352,7 @@ class CudaSession final : public BackendSession {
     // halves and write the next GEMM's input halves themselves (model_ops.h), 5 small launches a
     // layer instead of 11 (add, norm, split, add, SwiGLU, split, add of the unfused path).
     const bool split_ops = !ffn_sparse && b.stacked(ld, dim, T) && b.stacked(dim, qd, T) &&
-                           b.stacked(2 * ffn, dim, T, true) && b.stacked(dim, ffn, T) &&
-                           cuda::split_row_ops_fit(dim, ffn);
+                           b.stacked(2 * ffn, dim, T) && b.stacked(dim, ffn, T) && cuda::split_row_ops_fit(dim, ffn);
     bf16_bits* halves = b.x_bf16.get();
     // The new rows' block key min/max only where this forward's sparse selection reads it (a plan
     // with a config; a plan without one attends densely in every layer); else the commit
