@@ -225,9 +225,6 @@ class LtGemm {
     if (handle_) cublasLtDestroy(handle_);
   }
 
-  // Whether the shape has its algorithm already (so run() launches without timing).
-  bool tuned(int64_t N, int64_t K, int64_t cols) const { return plans_.count({N, K, cols}) != 0; }
-
   Status run(const bf16_bits* W, int64_t N, int64_t K, const bf16_bits* x, int64_t cols, float* Y,
              cudaStream_t stream) {
     auto found = plans_.find({N, K, cols});
@@ -238,8 +235,6 @@ class LtGemm {
     }
     return launch(found->second, W, x, Y, stream);
   }
-
-  int64_t shapes_tuned() const { return static_cast<int64_t>(plans_.size()); }
 
  private:
   static constexpr int kCandidates = 8;
