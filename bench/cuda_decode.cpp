@@ -378,8 +378,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   app.add_option("--verify-nodes", verify_nodes,
                  "also time tree verifies of these many draft nodes (a chain after the pending token, all logits, "
-                 "rolled back), median of 50")
+                 "rolled back), median of --verify-reps")
       ->check(CLI::Range(1, 64));
+  int verify_reps = 50;
+  app.add_option("--verify-reps", verify_reps, "timed verifies per tree size (after 5 warm-ups)")
+      ->check(CLI::Range(1, 1000));
   int64_t long_context = 0;
   int long_nodes = 60;
   double sparse_eta = 0.1;
@@ -392,6 +395,17 @@ int main(int argc, char** argv) {
   app.add_option("--sparse-eta", sparse_eta, "eta of the sparse verifies")->check(CLI::Range(0.001, 1.0));
   app.add_option("--sparse-dense-below", sparse_dense_below, "L_b of the sparse verifies");
   app.add_option("--tree-attention-kernels", tree_kernels, "dense verifies on the tree-attention kernels (true|false)");
+  using Route = specula::CudaBackendOptions::GemmRoute;
+  const std::map<std::string, Route> routes = {
+      {"auto", Route::kAuto}, {"skinny", Route::kSkinny}, {"tc", Route::kTensorCore}, {"cublas", Route::kCublas}};
+  std::string layer_route = "auto", head_route = "auto";
+  bool cublaslt = true;
+  app.add_option("--layer-route", layer_route, "GEMM route of the layers' projections at 2+ rows (A/B timing)")
+      ->check(CLI::IsMember({"auto", "skinny", "tc", "cublas"}));
+  app.add_option("--head-route", head_route, "GEMM route of the logits GEMM at 2+ rows (A/B timing)")
+      ->check(CLI::IsMember({"auto", "skinny", "tc", "cublas"}));
+  app.add_option("--cublaslt", cublaslt,
+                 "stacked split-halves GEMMs on tuned cuBLASLt, else cublasGemmEx (true|false)");
   app.add_option("--profile", profile_path, "also run once under CUPTI capture into this session file");
   app.add_option("--commit", commit, "commit the binary was built from (for the JSON)");
   app.add_option("--out", out_path, "also write the JSON here");
@@ -403,6 +417,9 @@ int main(int argc, char** argv) {
   options.cuda_graphs = graphs;
   options.tree_attention_kernels = long_context > 0 && tree_kernels;
   options.fused_decode_attention = fused_attention;
+  options.layer_route = routes.at(layer_route);
+  options.head_route = routes.at(head_route);
+  options.cublaslt_tuned = cublaslt;
   std::unique_ptr<specula::Model> model;
   std::unique_ptr<specula::CudaBackend> backend;
   std::vector<int32_t> prompt;
@@ -470,6 +487,9 @@ int main(int argc, char** argv) {
       {"cuda_graphs", graphs},
       {"programmatic_dependent_launch", pdl},
       {"fused_decode_attention", fused_attention},
+      {"layer_route", layer_route},
+      {"head_route", head_route},
+      {"cublaslt_tuned", cublaslt},
       {"kv_capacity", kv_capacity},
       {"prompt_tokens", prompt.size()},
       {"decode_tokens", tokens},
@@ -520,7 +540,7 @@ int main(int argc, char** argv) {
       std::vector<float> all(static_cast<size_t>(T * V));
       std::vector<int32_t> greedy(static_cast<size_t>(T)), host_greedy(static_cast<size_t>(T));
       std::vector<double> ms, greedy_ms;
-      for (int r = 0; r < 55; ++r) {
+      for (int r = 0; r < verify_reps + 5; ++r) {
         const auto t0 = Clock::now();
         if (auto st = (*session)->forward(toks, tpos, &mask, all, specula::LogitRows::All); !st) {
           return fail(st.error().message);

@@ -5,6 +5,7 @@
 #include <vector>
 
 #if defined(SPECULA_HAVE_CUDA)
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -14,8 +15,11 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <numeric>
 #include <optional>
+#include <set>
+#include <tuple>
 
 #include "kernels/cpu/dequant.h"
 #include "kernels/cpu/tensor_type.h"
@@ -198,6 +202,171 @@ struct GpuLayer {
   DeviceBuffer<bf16_bits> qkv, wo, gate_up, down;  // row-major (out, in), like the CPU's fused matrices
 };
 
+// Y (N, cols) column-major = W(N, K) · x(K, cols), bf16 in, f32 out and compute, on cuBLASLt
+// with one algorithm per shape picked by timing: the heuristic's first kCandidates, each run
+// kReps times on the real operands into a scratch output, at the shape's first use (which must
+// not be under graph capture: Impl::launch_graph runs each new shape eagerly first). Operands
+// must be 256-byte aligned (cudaMalloc'd starts), what the heuristic assumes by default. The
+// choice is kept for the process (per device and shape), so every backend of one process sums in
+// the same order (graphed and launched forwards agree bit for bit); another process may time a
+// different algorithm, whose sums differ in the last bits.
+class LtGemm {
+ public:
+  LtGemm() = default;
+  LtGemm(const LtGemm&) = delete;
+  LtGemm& operator=(const LtGemm&) = delete;
+  ~LtGemm() {
+    for (auto& [key, plan] : plans_) {
+      cublasLtMatrixLayoutDestroy(plan.a);
+      cublasLtMatrixLayoutDestroy(plan.b);
+      cublasLtMatrixLayoutDestroy(plan.c);
+      cublasLtMatmulDescDestroy(plan.desc);
+    }
+    if (handle_) cublasLtDestroy(handle_);
+  }
+
+  Status run(const bf16_bits* W, int64_t N, int64_t K, const bf16_bits* x, int64_t cols, float* Y,
+             cudaStream_t stream) {
+    auto found = plans_.find({N, K, cols});
+    if (found == plans_.end()) {
+      auto made = tune(W, N, K, x, cols, stream);
+      if (!made) return made.error();
+      found = plans_.emplace(std::tuple{N, K, cols}, *made).first;
+    }
+    return launch(found->second, W, x, Y, stream);
+  }
+
+ private:
+  static constexpr int kCandidates = 8;
+  static constexpr int kReps = 10;
+  static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+  struct Plan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+    size_t workspace = 0;
+  };
+
+  static Error lt_error(const std::string& what, cublasStatus_t st) {
+    return make_error("CUDA backend: cuBLASLt " + what + " failed: " + cublasGetStatusString(st));
+  }
+
+  Status launch(const Plan& p, const bf16_bits* W, const bf16_bits* x, float* Y, cudaStream_t stream) {
+    const float one = 1.0f, zero = 0.0f;
+    const cublasStatus_t st = cublasLtMatmul(handle_, p.desc, &one, W, p.a, x, p.b, &zero, Y, p.c, Y, p.c, &p.algo,
+                                             workspace_.get(), p.workspace, stream);
+    return st == CUBLAS_STATUS_SUCCESS ? Status{} : Status{lt_error("matmul", st)};
+  }
+
+  // The algorithm each (device, N, K, cols) was given, for the process.
+  struct Chosen {
+    cublasLtMatmulAlgo_t algo{};
+    size_t workspace = 0;
+  };
+  static std::map<std::tuple<int, int64_t, int64_t, int64_t>, Chosen>& chosen(std::mutex*& lock) {
+    static std::mutex m;
+    static std::map<std::tuple<int, int64_t, int64_t, int64_t>, Chosen> table;
+    lock = &m;
+    return table;
+  }
+
+  Expected<Plan> tune(const bf16_bits* W, int64_t N, int64_t K, const bf16_bits* x, int64_t cols, cudaStream_t stream) {
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    SPECULA_CUDA_TRY(cudaStreamIsCapturing(stream, &capturing), "cuBLASLt tuning");
+    if (capturing != cudaStreamCaptureStatusNone) {
+      return make_error("CUDA backend: cuBLASLt shape " + std::to_string(N) + "x" + std::to_string(K) + " by " +
+                        std::to_string(cols) + " columns first met under graph capture (it must be tuned eagerly)");
+    }
+    if (!handle_) {
+      if (const cublasStatus_t st = cublasLtCreate(&handle_); st != CUBLAS_STATUS_SUCCESS)
+        return lt_error("create", st);
+      if (auto ok = workspace_.allocate(kWorkspaceBytes, "cuBLASLt workspace"); !ok) return ok.error();
+    }
+    if (scratch_.size() < static_cast<size_t>(N * cols)) {
+      if (auto ok = scratch_.allocate(static_cast<size_t>(N * cols), "cuBLASLt tuning output"); !ok) return ok.error();
+    }
+    Plan p;
+    const cublasOperation_t transposed = CUBLAS_OP_T;
+    cublasStatus_t st = cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    if (st == CUBLAS_STATUS_SUCCESS) {
+      st = cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &transposed, sizeof transposed);
+    }
+    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, K, N, K);
+    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, K, cols, K);
+    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, N, cols, N);
+    cublasLtMatmulPreference_t pref = nullptr;
+    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceCreate(&pref);
+    const size_t ws = kWorkspaceBytes;
+    if (st == CUBLAS_STATUS_SUCCESS) {
+      st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    }
+    cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
+    int returned = 0;
+    if (st == CUBLAS_STATUS_SUCCESS) {
+      st = cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.c, p.c, pref, kCandidates, results, &returned);
+    }
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    const auto drop = [&p] {
+      if (p.a) cublasLtMatrixLayoutDestroy(p.a);
+      if (p.b) cublasLtMatrixLayoutDestroy(p.b);
+      if (p.c) cublasLtMatrixLayoutDestroy(p.c);
+      if (p.desc) cublasLtMatmulDescDestroy(p.desc);
+    };
+    if (st != CUBLAS_STATUS_SUCCESS || returned == 0) {
+      drop();
+      return lt_error(
+          "heuristic for " + std::to_string(N) + "x" + std::to_string(K) + " by " + std::to_string(cols) + " columns",
+          st == CUBLAS_STATUS_SUCCESS ? CUBLAS_STATUS_NOT_SUPPORTED : st);
+    }
+    int device = 0;
+    SPECULA_CUDA_TRY(cudaGetDevice(&device), "cuBLASLt tuning");
+    std::mutex* lock = nullptr;
+    auto& table = chosen(lock);
+    const std::lock_guard<std::mutex> hold(*lock);
+    if (auto known = table.find({device, N, K, cols}); known != table.end()) {
+      p.algo = known->second.algo;
+      p.workspace = known->second.workspace;
+      return p;
+    }
+    cudaEvent_t start = nullptr, stop = nullptr;
+    cudaEventCreate(&start);
+    cudaEventCreate(&stop);
+    float best_ms = 0.0f;
+    int best = -1;
+    for (int i = 0; i < returned; ++i) {
+      if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
+      p.algo = results[i].algo;
+      p.workspace = results[i].workspaceSize;
+      if (!launch(p, W, x, scratch_.get(), stream)) continue;  // warm-up; an algorithm that fails is skipped
+      cudaEventRecord(start, stream);
+      for (int r = 0; r < kReps; ++r) (void)launch(p, W, x, scratch_.get(), stream);
+      cudaEventRecord(stop, stream);
+      float ms = 0.0f;
+      if (cudaEventSynchronize(stop) != cudaSuccess || cudaEventElapsedTime(&ms, start, stop) != cudaSuccess) continue;
+      if (best < 0 || ms < best_ms) {
+        best = i;
+        best_ms = ms;
+      }
+    }
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    if (best < 0) {
+      drop();
+      return lt_error("tuning of " + std::to_string(N) + "x" + std::to_string(K), CUBLAS_STATUS_NOT_SUPPORTED);
+    }
+    p.algo = results[best].algo;
+    p.workspace = results[best].workspaceSize;
+    table[{device, N, K, cols}] = Chosen{p.algo, p.workspace};
+    return p;
+  }
+
+  cublasLtHandle_t handle_ = nullptr;
+  DeviceBuffer<uint8_t> workspace_;
+  DeviceBuffer<float> scratch_;  // the tuning runs' output (the real Y may be accumulated into)
+  std::map<std::tuple<int64_t, int64_t, int64_t>, Plan> plans_;
+};
+
 }  // namespace
 
 struct CudaBackend::Impl {
@@ -225,8 +394,12 @@ struct CudaBackend::Impl {
   bool cuda_graphs = true;
   bool tree_attention_kernels = false;
   bool fused_decode_attention = true;  // CudaBackendOptions::fused_decode_attention
-  int32_t* host_ids = nullptr;         // pinned staging: tokens (T), positions (T), step (committed, first_new)
-  uint8_t* host_mask = nullptr;        // pinned, scratch_T²
+  using GemmRoute = CudaBackendOptions::GemmRoute;
+  GemmRoute layer_route = GemmRoute::kAuto, head_route = GemmRoute::kAuto;  // CudaBackendOptions
+  bool cublaslt_tuned = true;                                               // CudaBackendOptions
+  LtGemm lt;
+  int32_t* host_ids = nullptr;   // pinned staging: tokens (T), positions (T), step (committed, first_new)
+  uint8_t* host_mask = nullptr;  // pinned, scratch_T²
 
   ~Impl() {
     if (host_ids) cudaFreeHost(host_ids);
@@ -409,26 +582,43 @@ struct CudaBackend::Impl {
     return {};
   }
 
-  // Y(T, N) (+)= X(T, K) · W(N, K)ᵀ; W bf16, X f32 (row stride K), f32 compute and out.
-  //  - where skinny_gemm_pays (one row; up to 4 of a small matrix): our skinny kernel, X in f32;
-  //  - up to 16 rows of a small matrix (SmolLM2-sized, a tree verify): our tensor-core kernel;
-  //  - else cuBLAS.
+  // Y(T, N) (+)= X(T, K) · W(N, K)ᵀ; W bf16, X f32 (row stride K), f32 compute and out, on the
+  // route() picks: our f32 skinny kernel, our tensor-core kernel, or cuBLAS.
   // The last two split X into bf16 hi + lo halves (kernels/cuda/skinny_gemm.h): rounding X to
   // bf16 alone cost up to 3e-2 relative L2 in SmolLM2's logits, the halves keep products within
   // ~1e-5 of f32 X. Up to kStackedRows rows, cuBLAS takes both halves as 2T columns of one GEMM
   // (the weights are read once, what a verify step is bound by) and add_split_halves sums them;
   // above, two GEMMs (a long prefill is compute-bound either way).
   static constexpr int64_t kStackedRows = 64;
-  // Our tensor-core kernel beat cuBLAS on matrices up to about this many weights (SmolLM2's
-  // projections) and lost on Llama-8B's (bench/results/skinny_gemm_h100_2026-11-24.json).
-  static constexpr int64_t kTcMaxWeights = int64_t{4} << 20;
+  // A small matrix (SmolLM2's projections): its GEMM's time is launch latency more than bytes.
+  static constexpr int64_t kSmallMatrixWeights = int64_t{4} << 20;
+  // Up to this many rows a small matrix takes our f32 skinny kernel, above them cuBLAS's stacked
+  // halves: whole verifies of SmolLM2's shapes took 0.92 against 0.94 ms at 6 rows, 1.11 against
+  // 0.94 at 7 and 1.87 against 0.96 at 16 (bench/results/gpu_verify_routes_s9_h100_2026-11-24.json).
+  static constexpr int64_t kSkinnyVerifyRows = 6;
+
+  // The route of a T-row product with W (N, K): one row always our skinny kernel (a decode
+  // step); else the forced route of CudaBackendOptions where it can run, else by shape. The
+  // tensor-core kernel is never picked: in whole verifies it lost to both others at every size
+  // from 2 to 16 rows (1.9-2.6 ms on SmolLM2, 23-28 against 6.4 ms on Llama-8B), and skinny
+  // lost to cuBLAS on Llama-8B's matrices from 2 rows (6.62 against 6.36 ms); on SmolLM2's
+  // logits GEMM neither beat cuBLAS beyond noise (the same file). head: the logits GEMM.
+  GemmRoute route(int64_t N, int64_t K, int64_t T, bool head) const {
+    if (T == 1) return GemmRoute::kSkinny;
+    const GemmRoute forced = head ? head_route : layer_route;
+    if (forced == GemmRoute::kSkinny && T <= cuda::kSkinnyMaxRows) return GemmRoute::kSkinny;
+    const bool tc_fits = T <= cuda::kSkinnyTcMaxRows && N % 16 == 0 && K % 16 == 0;
+    if (forced == GemmRoute::kTensorCore && tc_fits) return GemmRoute::kTensorCore;
+    if (forced != GemmRoute::kAuto) return GemmRoute::kCublas;
+    if (N * K <= kSmallMatrixWeights && T <= kSkinnyVerifyRows) return GemmRoute::kSkinny;
+    return GemmRoute::kCublas;
+  }
+
   Status gemm(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t T, float* Y, int64_t ldy,
-              bool accumulate) {
-    if (cuda::skinny_gemm_pays(N, K, T) && cuda::skinny_gemm(W, N, K, X, K, T, Y, ldy, accumulate, stream)) return {};
-    if (T <= cuda::kSkinnyTcMaxRows && N * K <= kTcMaxWeights &&
-        cuda::skinny_gemm_tc(W, N, K, X, K, T, Y, ldy, accumulate, stream)) {
-      return {};
-    }
+              bool accumulate, bool head = false) {
+    const GemmRoute r = route(N, K, T, head);
+    if (r == GemmRoute::kSkinny && cuda::skinny_gemm(W, N, K, X, K, T, Y, ldy, accumulate, stream)) return {};
+    if (r == GemmRoute::kTensorCore && cuda::skinny_gemm_tc(W, N, K, X, K, T, Y, ldy, accumulate, stream)) return {};
     bf16_bits* hi = x_bf16.get();
     bf16_bits* lo = x_bf16.get() + T * K;
     cuda::f32_to_bf16_split(X, T * K, hi, lo, stream);
@@ -442,17 +632,21 @@ struct CudaBackend::Impl {
     return cublas_bf16(W, N, K, lo, T, Y, ldy, &one);
   }
 
-  // Whether gemm() takes the stacked cuBLAS path for this shape (neither skinny kernel, at most
-  // kStackedRows rows): there the forward's row ops may write the halves and sum the products
-  // themselves (CudaSession::enqueue_forward, model_ops.h's split row ops).
+  // Whether gemm() takes the stacked cuBLAS path for this shape of a layer (route() says cuBLAS,
+  // at most kStackedRows rows): there the forward's row ops may write the halves and sum the
+  // products themselves (CudaSession::enqueue_forward, model_ops.h's split row ops).
   bool stacked(int64_t N, int64_t K, int64_t T) const {
-    return !cuda::skinny_gemm_pays(N, K, T) && !(T <= cuda::kSkinnyTcMaxRows && N * K <= kTcMaxWeights) &&
-           T <= kStackedRows;
+    return route(N, K, T, false) == GemmRoute::kCublas && T <= kStackedRows;
   }
 
   // y_split (2T, N) = [hi; lo] · Wᵀ: the halves of X, hi (T, K) bf16 at x_bf16 and lo right after
   // it, as 2T columns of one cuBLAS GEMM (the weights read once).
   Status gemm_halves(const bf16_bits* W, int64_t N, int64_t K, int64_t T) {
+    // cuBLASLt's timed pick only for large matrices: on Llama-8B's it took a 61-row 64K verify
+    // from 13.41 to 13.13 ms, on SmolLM2's small ones it was 0.01-0.06 ms a verify slower.
+    if (cublaslt_tuned && N * K > kSmallMatrixWeights) {
+      return lt.run(W, N, K, x_bf16.get(), 2 * T, y_split.get(), stream);
+    }
     const float zero = 0.0f;
     return cublas_bf16(W, N, K, x_bf16.get(), 2 * T, y_split.get(), N, &zero);
   }
@@ -473,32 +667,29 @@ struct CudaBackend::Impl {
   // Y(T, N) = rmsnorm(X; gamma) · Wᵀ. One kernel for a decode step (the norm fused into the
   // skinny GEMM), else RMSNorm into xn and gemm(). X rows have stride K.
   Status gemm_norm(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t T, const float* gamma, float* Y,
-                   int64_t ldy) {
-    if (cuda::skinny_gemm_pays(N, K, T) &&
-        cuda::skinny_gemm_norm(W, N, K, X, K, T, gamma, cfg.rms_eps, Y, ldy, stream)) {
+                   int64_t ldy, bool head = false) {
+    const GemmRoute r = route(N, K, T, head);
+    if (r == GemmRoute::kSkinny && cuda::skinny_gemm_norm(W, N, K, X, K, T, gamma, cfg.rms_eps, Y, ldy, stream)) {
       return {};
     }
-    if (T <= cuda::kSkinnyTcMaxRows && N * K <= kTcMaxWeights &&
+    if (r == GemmRoute::kTensorCore &&
         cuda::skinny_gemm_tc_norm(W, N, K, X, K, T, gamma, cfg.rms_eps, Y, ldy, stream)) {
       return {};
     }
     cuda::rmsnorm_rows(X, K, gamma, T, K, cfg.rms_eps, xn.get(), stream);
-    return gemm(W, N, K, xn.get(), T, Y, ldy, false);
+    return gemm(W, N, K, xn.get(), T, Y, ldy, false, head);
   }
 
   // xn(T, ffn) = SwiGLU of rmsnorm(X; gamma) · gate_upᵀ: one kernel for a decode step, else
   // RMSNorm, the GEMM into gu and SwiGLU.
   Status gate_up_swiglu(const GpuLayer& L, const float* X, int64_t T) {
     const int64_t dim = cfg.dim, ffn = cfg.ffn_dim;
-    // The fused gate_up + SwiGLU reads two weight rows per output: on SmolLM2 our f32 kernel beat
-    // the tensor-core one up to 16 rows (11.6 against 17.8 us at 16, skinny_gemm_h100_2026-11-24).
-    const bool f32_pays =
-        cuda::skinny_gemm_pays(2 * ffn, dim, T) || (T <= cuda::kSkinnyTcMaxRows && 2 * ffn * dim <= kTcMaxWeights);
-    if (f32_pays && cuda::skinny_gemm_norm_swiglu(L.gate_up.get(), ffn, dim, X, dim, T, L.ffn_norm.get(), cfg.rms_eps,
-                                                  xn.get(), ffn, stream)) {
+    const GemmRoute r = route(2 * ffn, dim, T, false);
+    if (r == GemmRoute::kSkinny && cuda::skinny_gemm_norm_swiglu(L.gate_up.get(), ffn, dim, X, dim, T, L.ffn_norm.get(),
+                                                                 cfg.rms_eps, xn.get(), ffn, stream)) {
       return {};
     }
-    if (T <= cuda::kSkinnyTcMaxRows && 2 * ffn * dim <= kTcMaxWeights &&
+    if (r == GemmRoute::kTensorCore &&
         cuda::skinny_gemm_tc_norm_swiglu(L.gate_up.get(), ffn, dim, X, dim, T, L.ffn_norm.get(), cfg.rms_eps, xn.get(),
                                          ffn, stream)) {
       return {};
@@ -1230,7 +1421,8 @@ class CudaSession final : public BackendSession {
     }
     const int64_t first_out = rows == LogitRows::All ? 0 : T - 1;
     const int64_t n_out = T - first_out;
-    return b.gemm_norm(b.output, V, dim, b.x.get() + first_out * dim, n_out, b.output_norm.get(), b.logits.get(), V);
+    return b.gemm_norm(b.output, V, dim, b.x.get() + first_out * dim, n_out, b.output_norm.get(), b.logits.get(), V,
+                       true);
   }
 
   // A scratch buffer grown to at least n elements (kept across forwards).
@@ -1319,6 +1511,11 @@ class CudaSession final : public BackendSession {
     }
     const int64_t key = T * 4 + (rows == LogitRows::All ? 2 : 0) + (mask_dev ? 1 : 0);
     auto found = graphs_.find(key);
+    // A shape's first forward runs eagerly: the stacked GEMMs' cuBLASLt algorithms are timed at
+    // their first use (LtGemm), which a capture cannot hold.
+    if (found == graphs_.end() && b.cublaslt_tuned && eager_shapes_.insert(key).second) {
+      return enqueue_forward(T, mask_dev, rows);
+    }
     if (found == graphs_.end()) {
       cudaGraph_t graph = nullptr;
       SPECULA_CUDA_TRY(cudaStreamBeginCapture(b.stream, cudaStreamCaptureModeThreadLocal), "forward graph capture");
@@ -1369,6 +1566,7 @@ class CudaSession final : public BackendSession {
   float* host_choice_probs_ = nullptr;  // pinned
   int64_t choice_capacity_ = 0;
   std::map<int64_t, cudaGraphExec_t> graphs_;  // by shape key (launch_graph)
+  std::set<int64_t> eager_shapes_;             // shape keys whose first forward ran eagerly
   cuda::AttentionSplit split_;                 // attention over long contexts (init())
   cuda::KvLayerStrides layer_strides_;         // layers_[l] = layers_[0] + l strides
   DeviceBuffer<float> split_partial_;
@@ -1460,6 +1658,9 @@ Expected<std::unique_ptr<CudaBackend>> make_cuda_backend(const Model& model, con
   backend->impl_->cuda_graphs = options.cuda_graphs;
   backend->impl_->tree_attention_kernels = options.tree_attention_kernels;
   backend->impl_->fused_decode_attention = options.fused_decode_attention;
+  backend->impl_->layer_route = options.layer_route;
+  backend->impl_->head_route = options.head_route;
+  backend->impl_->cublaslt_tuned = options.cublaslt_tuned;
   if (auto ok = backend->impl_->load(model); !ok) return ok.error();
   if (auto ok = warm_up(*backend); !ok) return ok.error();
   return backend;
@@ -1472,6 +1673,9 @@ Expected<std::unique_ptr<CudaBackend>> make_synthetic_cuda_backend(const ModelCo
   backend->impl_->cuda_graphs = options.cuda_graphs;
   backend->impl_->tree_attention_kernels = options.tree_attention_kernels;
   backend->impl_->fused_decode_attention = options.fused_decode_attention;
+  backend->impl_->layer_route = options.layer_route;
+  backend->impl_->head_route = options.head_route;
+  backend->impl_->cublaslt_tuned = options.cublaslt_tuned;
   if (auto ok = backend->impl_->generate_synthetic(config, seed); !ok) return ok.error();
   if (auto ok = warm_up(*backend); !ok) return ok.error();
   return backend;

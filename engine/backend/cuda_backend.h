@@ -27,6 +27,19 @@ struct CudaBackendOptions {
   // A decode step's RoPE, K/V append and attention in one launch (kernels/cuda/decode_attention.h)
   // instead of two; the same results. Off: the two launches (for A/B timing and ruling it out).
   bool fused_decode_attention = true;
+  // Which kernel a projection GEMM of 2..64 rows takes (a decode step's single row always takes
+  // the f32 skinny kernel): kAuto picks by rows and shape (Impl::route in cuda_backend.cpp, from
+  // bench/results/gpu_verify_routes_s9_h100_2026-11-24.json); the others force one route where it
+  // can run (skinny f32 up to 64 rows, tensor-core up to 16, cuBLAS always) for A/B timing.
+  // layer_route covers the layers' projections, head_route the logits GEMM.
+  enum class GemmRoute : uint8_t { kAuto, kSkinny, kTensorCore, kCublas };
+  GemmRoute layer_route = GemmRoute::kAuto;
+  GemmRoute head_route = GemmRoute::kAuto;
+  // The stacked split-halves GEMMs (2..64 rows on cuBLAS) of large matrices (Llama-8B's, not
+  // SmolLM2's) through cuBLASLt, each shape's algorithm picked by timing the heuristic's first
+  // candidates once, at its first use (before any graph captures it); off, or for small
+  // matrices: cublasGemmEx with its default algorithm.
+  bool cublaslt_tuned = true;
 };
 
 // True when built with CUDA and at least one GPU is visible (never prints).

@@ -291,6 +291,57 @@ TEST_F(CudaBackendTest, WideTreeVerifyMatchesCpu) {
   EXPECT_LT(after, 1e-2);
 }
 
+// Every GEMM route a verify may take (CudaBackendOptions::layer_route, head_route: our f32 skinny
+// kernel, our tensor-core kernel, cuBLAS's split halves on tuned cuBLASLt or on cublasGemmEx)
+// keeps a 16-row chain verify's logits, every row's, within 1e-2 of the CPU's.
+TEST_F(CudaBackendTest, EveryGemmRouteOfAVerifyMatchesCpu) {
+  using Route = CudaBackendOptions::GemmRoute;
+  const auto prompt = encode("The quick brown fox jumps over the lazy dog. The quick brown");
+  const int64_t V = cuda_->config().vocab_size;
+  const int T = 16;
+  std::vector<int> parents(T);
+  std::vector<int32_t> tokens(T), pos(T);
+  for (int i = 0; i < T; ++i) {
+    parents[i] = i - 1;
+    tokens[i] = 200 + 31 * i;
+    pos[i] = static_cast<int32_t>(prompt.size()) + i;
+  }
+  const auto mask = AttentionMask::from_parents(parents);
+  auto cs = cpu_->start(16, 256);
+  ASSERT_TRUE(cs);
+  std::vector<float> lc(V), ac(T * V);
+  ASSERT_TRUE(prefill(**cs, prompt, lc));
+  ASSERT_TRUE((*cs)->forward(tokens, pos, &mask, ac, LogitRows::All));
+  const struct {
+    Route route;
+    bool lt;
+    const char* name;
+  } variants[] = {{Route::kSkinny, false, "skinny f32"},
+                  {Route::kTensorCore, false, "tensor-core"},
+                  {Route::kCublas, true, "cuBLASLt split halves"},
+                  {Route::kCublas, false, "cublasGemmEx split halves"}};
+  for (const auto& v : variants) {
+    CudaBackendOptions options;
+    options.layer_route = v.route;
+    options.head_route = v.route;
+    options.cublaslt_tuned = v.lt;
+    auto backend = make_cuda_backend(*model_, options);
+    ASSERT_TRUE(backend) << backend.error().message;
+    auto gs = (*backend)->start(16, 256);
+    ASSERT_TRUE(gs);
+    std::vector<float> lg(V), ag(T * V);
+    ASSERT_TRUE(prefill(**gs, prompt, lg));
+    // Twice: the first forward of a shape runs launched (cuBLASLt tunes), the second its graph.
+    for (int pass = 0; pass < 2; ++pass) {
+      ASSERT_TRUE((*gs)->forward(tokens, pos, &mask, ag, LogitRows::All));
+      (*gs)->rollback();
+      const double e = rel_l2(ag, ac);
+      std::printf("%s: 16-row verify rel L2 %.2e (pass %d)\n", v.name, e, pass);
+      EXPECT_LT(e, 1e-2) << v.name;
+    }
+  }
+}
+
 // Decode steps and tree verifies replayed from captured CUDA graphs give the same logits, bit for
 // bit, as the same kernels launched one by one: across two tree forwards of one shape with
 // different masks, commits, a rollback,
