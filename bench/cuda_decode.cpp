@@ -399,7 +399,7 @@ int main(int argc, char** argv) {
   const std::map<std::string, Route> routes = {
       {"auto", Route::kAuto}, {"skinny", Route::kSkinny}, {"tc", Route::kTensorCore}, {"cublas", Route::kCublas}};
   std::string layer_route = "auto", head_route = "auto";
-  bool cublaslt = true;
+  bool cublaslt = false;  // the engine's default (CudaBackendOptions::cublaslt_tuned)
   app.add_option("--layer-route", layer_route, "GEMM route of the layers' projections at 2+ rows (A/B timing)")
       ->check(CLI::IsMember({"auto", "skinny", "tc", "cublas"}));
   app.add_option("--head-route", head_route, "GEMM route of the logits GEMM at 2+ rows (A/B timing)")

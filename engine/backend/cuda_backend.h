@@ -38,8 +38,11 @@ struct CudaBackendOptions {
   // The stacked split-halves GEMMs (2..64 rows on cuBLAS) of large matrices (Llama-8B's, not
   // SmolLM2's) through cuBLASLt, each shape's algorithm picked by timing the heuristic's first
   // candidates once, at its first use (before any graph captures it); off, or for small
-  // matrices: cublasGemmEx with its default algorithm.
-  bool cublaslt_tuned = true;
+  // matrices: cublasGemmEx with its default algorithm. Off by default: a timed pick may differ
+  // between processes, and with it the logits' last bits, so two sessions of one model and
+  // prompt could disagree; it gained 1-3% on Llama-8B's verify GEMMs
+  // (bench/results/gpu_verify_rows_s9_h100_2026-11-24.json). bench_cuda_decode --cublaslt.
+  bool cublaslt_tuned = false;
 };
 
 // True when built with CUDA and at least one GPU is visible (never prints).
