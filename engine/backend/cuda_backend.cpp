@@ -592,17 +592,23 @@ struct CudaBackend::Impl {
   static constexpr int64_t kStackedRows = 64;
   // A small matrix (SmolLM2's projections): its GEMM's time is launch latency more than bytes.
   static constexpr int64_t kSmallMatrixWeights = int64_t{4} << 20;
-  // Up to this many rows a small matrix takes our f32 skinny kernel, above them cuBLAS's stacked
-  // halves: whole verifies of SmolLM2's shapes took 0.92 against 0.94 ms at 6 rows, 1.11 against
-  // 0.94 at 7 and 1.87 against 0.96 at 16 (bench/results/gpu_verify_routes_s9_h100_2026-11-24.json).
-  static constexpr int64_t kSkinnyVerifyRows = 6;
+  // Up to this many rows a verify's products take our f32 skinny kernel, whose every row keeps
+  // the products and sums of a one-row decode step in the same order: a greedy verify then picks
+  // the tokens plain greedy decoding picks (the fidelity invariant; cuBLAS's split halves move
+  // logits by ~1e-5 and flipped near-ties in engine_cuda_cuda_speculative_test on the merged
+  // session-9 build). Small matrices and the logits GEMM take it to 16 rows (SmolLM2's whole
+  // 16-row verify 1.87 ms against 0.96 on cuBLAS, gpu_verify_routes_s9_h100_2026-11-24.json: the
+  // price of exactness), large ones to 8 (Llama-8B's: 6.62 against 6.36 ms at 2 rows); past them
+  // cuBLAS's stacked halves.
+  static constexpr int64_t kExactVerifyRowsSmall = 16;
+  static constexpr int64_t kExactVerifyRowsLarge = 8;
 
   // The route of a T-row product with W (N, K): one row always our skinny kernel (a decode
   // step); else the forced route of CudaBackendOptions where it can run, else by shape. The
   // tensor-core kernel is never picked: in whole verifies it lost to both others at every size
-  // from 2 to 16 rows (1.9-2.6 ms on SmolLM2, 23-28 against 6.4 ms on Llama-8B), and skinny
-  // lost to cuBLAS on Llama-8B's matrices from 2 rows (6.62 against 6.36 ms); on SmolLM2's
-  // logits GEMM neither beat cuBLAS beyond noise (the same file). head: the logits GEMM.
+  // from 2 to 16 rows (1.9-2.6 ms on SmolLM2, 23-28 against 6.4 ms on Llama-8B), and it is not
+  // exact either. head: the logits GEMM (28M weights on SmolLM2, exact like the small ones: its
+  // rows are the logits a greedy verify compares).
   GemmRoute route(int64_t N, int64_t K, int64_t T, bool head) const {
     if (T == 1) return GemmRoute::kSkinny;
     const GemmRoute forced = head ? head_route : layer_route;
@@ -610,7 +616,8 @@ struct CudaBackend::Impl {
     const bool tc_fits = T <= cuda::kSkinnyTcMaxRows && N % 16 == 0 && K % 16 == 0;
     if (forced == GemmRoute::kTensorCore && tc_fits) return GemmRoute::kTensorCore;
     if (forced != GemmRoute::kAuto) return GemmRoute::kCublas;
-    if (N * K <= kSmallMatrixWeights && T <= kSkinnyVerifyRows) return GemmRoute::kSkinny;
+    const bool small = N * K <= kSmallMatrixWeights || head;
+    if (T <= (small ? kExactVerifyRowsSmall : kExactVerifyRowsLarge)) return GemmRoute::kSkinny;
     return GemmRoute::kCublas;
   }
 
