@@ -89,7 +89,8 @@ def main():
     if not a.skip_peers:
         steps.append(step("peer_hf_transformers", [sys.executable, os.path.join(here, "peers", "hf_generate.py"),
                                                    "--model-dir", os.path.dirname(a.model), "--new-tokens", "128",
-                                                   "--reps", "5", "--out", w("hf.json")], w("hf.json")))
+                                                   "--reps", "5", "--commit", a.commit, "--out", w("hf.json")],
+                          w("hf.json")))
     if a.specbench_data:
         for d in a.drafters:
             extra = ["--draft-model", a.model] if d == "model" else []

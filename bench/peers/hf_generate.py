@@ -107,6 +107,8 @@ def main():
     p.add_argument("--warmup", type=int, default=2, help="untimed runs per mode first (static compiles here)")
     p.add_argument("--modes", default="loop,generate,static", help="comma-separated: loop, generate, static")
     p.add_argument("--first-tokens", type=int, default=16, help="how many generated token ids to report")
+    p.add_argument("--commit", default=None,
+                   help="commit of the run this record belongs to (default: git HEAD of this script's checkout)")
     p.add_argument("--out", help="also write the JSON object to this file")
     a = p.parse_args()
 
@@ -248,7 +250,7 @@ def main():
     doc = {
         "bench": "hf_generate",
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "commit": git_commit(),
+        "commit": a.commit or git_commit(),
         "command": " ".join(shlex.quote(x) for x in [os.path.basename(sys.executable)] + sys.argv),
         "device": device,
         "host": {"cpu": cpu_name(), "hardware_threads": os.cpu_count(), "kernel": platform.release()},
