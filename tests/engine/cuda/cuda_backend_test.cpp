@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <numeric>
@@ -426,6 +427,61 @@ TEST_F(CudaBackendTest, BadInputIsAnErrorNotACrash) {
   int32_t bad = static_cast<int32_t>(V), p0 = 0;
   EXPECT_FALSE((*gs)->forward({&bad, 1}, {&p0, 1}, nullptr, l, LogitRows::Last));
   EXPECT_FALSE(cuda_->start(3, 16));
+}
+
+// A chain verify's rows are a decode step's arithmetic: verifying T tokens under a chain mask
+// (T = 2..16, the row counts whose projections stay on the f32 skinny kernel, and whose
+// attention is attention_kernel, decode attention's bit-for-bit twin) gives row i the very bits
+// of the decode step that feeds the same tokens one at a time. That is what makes greedy
+// speculation on the GPU pick what plain greedy decoding picks by construction
+// (engine_cuda_cuda_speculative_test checks the outcome on its prompts; cuBLAS's split halves
+// from 7 rows had flipped two of its near-ties). The same check with every verify GEMM forced
+// onto cuBLAS must find differing rows, or it could not have caught that.
+TEST_F(CudaBackendTest, ChainVerifyRowsEqualDecodeStepsBitForBit) {
+  const auto prompt = encode("The quick brown fox jumps over the lazy dog. The quick brown");
+  const int64_t V = cuda_->config().vocab_size;
+  const int32_t n0 = static_cast<int32_t>(prompt.size());
+  // Rows of T-row chain verifies (T in 2, 5, 8, 11, 16) whose logits differ in any bit from
+  // the decode step's.
+  auto differing_rows = [&](TransformerBackend& backend, const char* label) {
+    int differing = 0;
+    auto gs = backend.start(16, 256);
+    EXPECT_TRUE(gs);
+    if (!gs) return -1;
+    std::vector<float> last(V);
+    if (!prefill(**gs, prompt, last)) return -1;
+    for (int T : {2, 5, 8, 11, 16}) {
+      std::vector<int32_t> tokens(T), pos(T);
+      std::vector<int> parents(T);
+      for (int i = 0; i < T; ++i) {
+        tokens[i] = prompt[static_cast<size_t>(i) % prompt.size()] + 7 * i;  // any ids: bits are compared
+        pos[i] = n0 + i;
+        parents[i] = i - 1;
+      }
+      const auto mask = AttentionMask::from_parents(parents);
+      std::vector<float> rows(static_cast<size_t>(T * V));
+      EXPECT_TRUE((*gs)->forward(tokens, pos, &mask, rows, LogitRows::All));
+      (*gs)->rollback();
+      for (int i = 0; i < T; ++i) {
+        std::vector<float> step(V);
+        EXPECT_TRUE((*gs)->forward({&tokens[i], 1}, {&pos[i], 1}, nullptr, step, LogitRows::Last));
+        (*gs)->commit_all();
+        const std::vector<float> row(rows.begin() + i * V, rows.begin() + (i + 1) * V);
+        if (std::memcmp(step.data(), row.data(), V * sizeof(float)) != 0) {
+          ++differing;
+          std::printf("%s: %d-row verify, row %d: rel L2 %.2e to the decode step\n", label, T, i, rel_l2(step, row));
+        }
+      }
+      EXPECT_TRUE((*gs)->truncate(n0));
+    }
+    return differing;
+  };
+  EXPECT_EQ(differing_rows(*cuda_, "default routes"), 0);
+  CudaBackendOptions cublas;
+  cublas.layer_route = cublas.head_route = CudaBackendOptions::GemmRoute::kCublas;
+  auto forced = make_cuda_backend(*model_, cublas);
+  ASSERT_TRUE(forced) << forced.error().message;
+  EXPECT_GT(differing_rows(**forced, "cuBLAS forced"), 0);
 }
 
 }  // namespace
