@@ -594,12 +594,13 @@ struct CudaBackend::Impl {
   static constexpr int64_t kSmallMatrixWeights = int64_t{4} << 20;
   // Up to this many rows a verify's products take our f32 skinny kernel, whose every row keeps
   // the products and sums of a one-row decode step in the same order: a greedy verify then picks
-  // the tokens plain greedy decoding picks (the fidelity invariant; cuBLAS's split halves move
-  // logits by ~1e-5 and flipped near-ties in engine_cuda_cuda_speculative_test on the merged
-  // session-9 build). Small matrices and the logits GEMM take it to 16 rows (SmolLM2's whole
-  // 16-row verify 1.87 ms against 0.96 on cuBLAS, gpu_verify_routes_s9_h100_2026-11-24.json: the
-  // price of exactness), large ones to 8 (Llama-8B's: 6.62 against 6.36 ms at 2 rows); past them
-  // cuBLAS's stacked halves.
+  // the tokens plain greedy decoding picks (the fidelity invariant; CudaBackendTest.
+  // ChainVerifyRowsEqualDecodeStepsBitForBit checks the bits). cuBLAS's split halves put a
+  // verify row 2-9e-4 (relative L2) from its decode step, and flipped near-ties in
+  // engine_cuda_cuda_speculative_test on the merged session-9 build. Small matrices and the
+  // logits GEMM take it to 16 rows (SmolLM2's whole 16-row verify 1.87 ms against 0.96 on
+  // cuBLAS, gpu_verify_routes_s9_h100_2026-11-24.json: the price of exactness), large ones to 8
+  // (Llama-8B's: 6.62 against 6.36 ms at 2 rows); past them cuBLAS's stacked halves.
   static constexpr int64_t kExactVerifyRowsSmall = 16;
   static constexpr int64_t kExactVerifyRowsLarge = 8;
 
