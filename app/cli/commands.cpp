@@ -456,6 +456,13 @@ int run_specbench(const SpecbenchArgs& args) {
               {"output_mismatches", mismatches}};
     }
   };
+  // One break-even controller for the whole run, as a server's would be: what the first items
+  // teach it (a drafter that does not pay) carries to the next, instead of a fresh warmup and probe
+  // schedule on every item (which cost a drafter whose drafts are all rejected about half of
+  // plain decoding's speed on the GPU, bench/results/cuda_e2e_final_s9_h100_2026-11-24.json).
+  BreakEvenController controller(options.controller);
+  SpeculativeOptions spec_options = options;
+  if (options.controller.enabled) spec_options.carried_controller = &controller;
   std::map<std::string, Totals> categories;
   Totals overall;
   std::vector<std::string> order;
@@ -471,7 +478,7 @@ int run_specbench(const SpecbenchArgs& args) {
     auto plain = engine.generate(prompt, nullptr, options, nullptr);
     if (!plain)
       return fail("specbench item " + std::to_string(i + 1) + " (" + item.category + "): " + plain.error().message);
-    auto spec = engine.generate(prompt, drafter->get(), options, nullptr);
+    auto spec = engine.generate(prompt, drafter->get(), spec_options, nullptr);
     if (!spec)
       return fail("specbench item " + std::to_string(i + 1) + " (" + item.category + "): " + spec.error().message);
     if (!categories.count(item.category)) order.push_back(item.category);
@@ -498,6 +505,8 @@ int run_specbench(const SpecbenchArgs& args) {
                            {"tree", options.tree.to_string()},
                            {"accept", options.accept},
                            {"controller", options.controller.enabled},
+                           {"controller_scope", "run"},  // one controller carried across the items
+                           {"controller_fallbacks", controller.fallbacks()},
                            {"max_tokens", args.max_tokens},
                            {"limit_per_category", args.limit},
                            {"backend", engine.backend().name()},

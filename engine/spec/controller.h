@@ -33,6 +33,12 @@ class BreakEvenController {
   explicit BreakEvenController(const ControllerOptions& options = {})
       : options_(options), wait_(options.probe_after), warmup_left_(options.plain_warmup) {}
 
+  // A new sequence on a controller carried across sequences (SpeculativeOptions::
+  // carried_controller): its first `plain_warmup` plain steps go unmeasured again (a new session's
+  // one-time costs), and everything learned stays: the costs, whether it is speculating, and the
+  // wait before the next probe, so a drafter that did not pay on earlier sequences starts in
+  // fallback instead of paying for a fresh warmup and probe schedule on every one.
+  void begin_sequence(int plain_warmup) { warmup_left_ = plain_warmup; }
   // The decision for the next round.
   bool speculate() const;
   void record_plain(double ms);

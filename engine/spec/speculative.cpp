@@ -216,7 +216,10 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
   const int64_t draft_rollback_before = drafter ? drafter->stats().rollback_tokens : 0;
   ControllerOptions controller_options = options.controller;
   controller_options.plain_warmup = std::max(controller_options.plain_warmup, backend_->warmup_steps());
-  BreakEvenController controller(controller_options);
+  BreakEvenController fresh_controller(controller_options);
+  BreakEvenController& controller = options.carried_controller ? *options.carried_controller : fresh_controller;
+  if (options.carried_controller) controller.begin_sequence(backend_->warmup_steps());
+  const int fallbacks_before = controller.fallbacks(), returns_before = controller.returns();
   const int64_t row_bytes = kv_row_bytes();
   const auto V = static_cast<size_t>(cfg.vocab_size);
   std::vector<float> logits(V);
@@ -271,8 +274,8 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
   if (observes(observer, EventKind::kPrefill)) {
     observer->on_event(PrefillEvent{prefill_start_ns, observer_now_ns(), static_cast<int32_t>(n_prompt)});
   }
-  int seen_fallbacks = 0;
-  int seen_returns = 0;
+  int seen_fallbacks = fallbacks_before;
+  int seen_returns = returns_before;
 
   // Emits one token; false when generation ends with it.
   bool done = false;
@@ -407,8 +410,8 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
   result.timings.decode_tokens = static_cast<int>(result.tokens.size()) - 1;
   result.timings.decode_seconds = decode_seconds;
   result.metrics = summarize_rounds(result.rounds, static_cast<int>(result.tokens.size()), decode_seconds);
-  result.metrics.controller_fallbacks = controller.fallbacks();
-  result.metrics.controller_returns = controller.returns();
+  result.metrics.controller_fallbacks = controller.fallbacks() - fallbacks_before;
+  result.metrics.controller_returns = controller.returns() - returns_before;
   if (drafter) result.metrics.draft_rollback_tokens = drafter->stats().rollback_tokens - draft_rollback_before;
   if (observes(observer, EventKind::kSessionEnd)) {
     observer->on_event(SessionEndEvent{observer_now_ns(), to_json(result.metrics).dump()});

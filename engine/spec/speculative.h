@@ -40,6 +40,11 @@ struct SpeculativeOptions {
   TreeShape tree;                 // default: chain:4
   std::string accept = "greedy";  // "greedy" | "sample" | "cascade:T"
   ControllerOptions controller;
+  // A controller carried across generate() calls (the items of a benchmark run, a server's
+  // requests): it keeps what earlier sequences taught it, and `controller` is then ignored (the
+  // carried one has its own options). Null: a fresh controller each call. Must outlive the call.
+  // The run's controller metrics count only this call's fallbacks and returns.
+  BreakEvenController* carried_controller = nullptr;
   // Receives the run's events (session, prefill, rounds, trees, acceptance, commits, decisions,
   // phase spans); null = none. Must outlive generate(). `session` is the SessionStartEvent the
   // run opens with: the caller fills what only it knows (config_json, model_sha256, device,

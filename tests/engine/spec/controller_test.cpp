@@ -97,6 +97,32 @@ TEST(BreakEvenController, WeighsRoundsByTheTokensTheyEmit) {
   EXPECT_GE(d.fallbacks(), 1);
 }
 
+TEST(BreakEvenController, ACarriedControllerKeepsItsFallbackAcrossSequences) {
+  ControllerOptions o;
+  o.warmup = 2;
+  o.probe_after = 4;
+  BreakEvenController c(o);
+  c.record_plain(10);
+  c.record_speculative(1, 5, 15);
+  c.record_speculative(1, 5, 15);  // 20 ms per token: falls back for 4 plain steps
+  ASSERT_FALSE(c.speculate());
+  c.record_plain(10);  // 3 plain steps left
+  // The next sequence: its first plain step (a new session's graph capture) is not measured, and
+  // the fallback and its countdown carry over instead of a fresh warmup stint.
+  c.begin_sequence(1);
+  EXPECT_FALSE(c.speculate());
+  c.record_plain(500);
+  EXPECT_DOUBLE_EQ(c.plain_ms_per_token(), 10);
+  EXPECT_FALSE(c.speculate());
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_FALSE(c.speculate());
+    c.record_plain(10);
+  }
+  EXPECT_TRUE(c.speculate());  // the probe comes after the 4 plain steps of the first fallback
+  EXPECT_EQ(c.fallbacks(), 1);
+  EXPECT_EQ(c.returns(), 1);
+}
+
 TEST(BreakEvenController, DisabledAlwaysSpeculates) {
   ControllerOptions o;
   o.enabled = false;

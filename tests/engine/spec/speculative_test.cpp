@@ -31,7 +31,11 @@ TreeShape shape(std::string_view spec) {
 }
 
 std::vector<std::vector<int32_t>> prompts() {
-  return {{1, 400, 500, 600}, {1, 81, 82, 81, 82, 81}, {1, 9000, 12, 13, 14, 9000, 12}, {1, 3000}, {1, 5, 6, 7, 8, 9, 10, 11}};
+  return {{1, 400, 500, 600},
+          {1, 81, 82, 81, 82, 81},
+          {1, 9000, 12, 13, 14, 9000, 12},
+          {1, 3000},
+          {1, 5, 6, 7, 8, 9, 10, 11}};
 }
 
 std::vector<int32_t> plain(const std::vector<int32_t>& prompt, int max_tokens) {
@@ -88,6 +92,39 @@ TEST(Speculative, DraftEqualToTargetAcceptsEveryChainToken) {
   EXPECT_DOUBLE_EQ(r->metrics.target_passes_per_token, 6.0 / 30.0);
   EXPECT_EQ(r->metrics.rollback_tokens, 0);
   EXPECT_EQ(r->metrics.rejected_kv_bytes, 0);
+}
+
+TEST(Speculative, ACarriedControllerStaysInFallbackOnTheNextSequence) {
+  auto same = load_model(kTiny);
+  ASSERT_TRUE(same.ok());
+  auto drafter = make_model_drafter(tiny(), std::make_unique<Model>(std::move(*same)), {1});
+  ASSERT_TRUE(drafter.ok());
+  SpeculativeEngine engine(tiny(), 1);
+  SpeculativeOptions options;
+  options.max_tokens = 16;
+  options.stop_at_eos = false;
+  // Margin 0: speculation never pays, so the first judged round falls back, for longer than a run.
+  options.controller.margin = 0;
+  options.controller.warmup = 1;
+  options.controller.probe_after = 1000;
+  options.controller.max_probe_after = 1000;
+  BreakEvenController carried(options.controller);
+  SpeculativeOptions carrying = options;
+  carrying.carried_controller = &carried;
+  for (int run = 0; run < 2; ++run) {
+    auto fresh = engine.generate(prompts()[0], drafter->get(), options, nullptr);
+    auto kept = engine.generate(prompts()[0], drafter->get(), carrying, nullptr);
+    ASSERT_TRUE(fresh.ok() && kept.ok());
+    EXPECT_EQ(kept->tokens, plain(prompts()[0], 16));
+    EXPECT_EQ(fresh->tokens, kept->tokens);
+    // A fresh controller re-learns on every sequence: one speculative round, one fallback.
+    EXPECT_EQ(fresh->metrics.speculative_rounds, 1);
+    EXPECT_EQ(fresh->metrics.controller_fallbacks, 1);
+    // The carried one learns once; on the next sequence it starts where it was, in fallback.
+    EXPECT_EQ(kept->metrics.speculative_rounds, run == 0 ? 1 : 0) << "run " << run;
+    EXPECT_EQ(kept->metrics.controller_fallbacks, run == 0 ? 1 : 0) << "run " << run;
+  }
+  EXPECT_EQ(carried.fallbacks(), 1);
 }
 
 TEST(Speculative, MetricsCountRejectedRows) {
