@@ -64,7 +64,7 @@ std::vector<float> host_random(std::mt19937& rng, int64_t n, float scale) {
   return v;
 }
 
-// The CUDA backend's dense projection routing (engine/backend/cuda_backend.cpp, gemm() and
+// The CUDA backend's dense projection routing (engine/backend/cuda_gemm.cpp, gemm() and
 // gate_up_swiglu()), reproduced here because that file keeps it private.
 struct DensePath {
   cublasHandle_t cublas = nullptr;

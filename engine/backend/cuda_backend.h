@@ -28,7 +28,7 @@ struct CudaBackendOptions {
   // instead of two; the same results. Off: the two launches (for A/B timing and ruling it out).
   bool fused_decode_attention = true;
   // Which kernel a projection GEMM of 2..64 rows takes (a decode step's single row always takes
-  // the f32 skinny kernel): kAuto picks by rows and shape (Impl::route in cuda_backend.cpp, from
+  // the f32 skinny kernel): kAuto picks by rows and shape (Impl::route in cuda_gemm.cpp, from
   // bench/results/gpu_verify_routes_s9_h100_2026-11-24.json); the others force one route where it
   // can run (skinny f32 up to 64 rows, tensor-core up to 16, cuBLAS always) for A/B timing.
   // layer_route covers the layers' projections, head_route the logits GEMM.
