@@ -72,7 +72,7 @@ struct SelectParams {
   // The cache's layout where it differs from PagedKv's (select_blocks only; the attention kernels
   // need 16-token blocks, head_dim 128): block size 8..128, head_dim 64 or 128, and f32 block
   // min/max [num_blocks][Hk][head_dim] read instead of kv.block_min/max when given (the model
-  // backend's cache, engine/backend/cuda_backend.cpp).
+  // backend's cache, engine/backend/cuda_session.cpp).
   int block_size = kAttnBlockSize;
   int head_dim = kAttnHeadDim;
   const float* block_min_f32 = nullptr;

@@ -2,7 +2,7 @@
 // The sparse SwiGLU FFN on the GPU: the CPU's sparse_ffn_activation (engine/model/
 // cpu_transformer.cpp) without its dense up and down projections. For rows X (T, dim) f32 (the
 // layer's RMS-normalized input, 1 ≤ T ≤ 64) and the CUDA backend's layouts, bf16 row-major:
-//   gate_up (2F, dim): gate rows [0, F), up rows [F, 2F) (the fused matrix of cuda_backend.cpp);
+//   gate_up (2F, dim): gate rows [0, F), up rows [F, 2F) (the fused matrix the CUDA backend loads);
 //   down (dim, F);
 // it computes
 //   gate = X · W_gateᵀ                                  (dense: every channel's gate is needed)

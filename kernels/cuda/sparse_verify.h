@@ -1,5 +1,5 @@
 #pragma once
-// Adapters between the model backend's tree verify (engine/backend/cuda_backend.cpp: f32 rows,
+// Adapters between the model backend's tree verify (engine/backend/cuda_session_sparse.cpp: f32 rows,
 // a T×T mask) and the block selection / tree-attention kernels of kernels/cuda/attention.h
 // (bf16 [nodes][Hq][D] queries and outputs, ancestor bitmasks, block lists). Host API in plain
 // C++; every launch is asynchronous on `stream`; callers check cudaGetLastError.
