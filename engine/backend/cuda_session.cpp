@@ -150,26 +150,10 @@ Status CudaSession::run_forward(std::span<const int32_t> tokens, std::span<const
   auto& b = *b_;
   const auto& c = b.cfg;
   const auto T = static_cast<int64_t>(tokens.size());
-  if (T == 0) return make_error("forward: no tokens");
+  if (auto ok = check_forward_inputs(tokens, positions, mask, c.vocab_size); !ok) return ok;
   const SparseConfig* sparse = context && context->sparse && !context->sparse->strict() ? context->sparse : nullptr;
   if (sparse) {
     if (auto ok = cuda_sparse_supported(*sparse); !ok) return ok;
-  }
-  if (static_cast<int64_t>(positions.size()) != T) {
-    return make_error("forward: " + std::to_string(T) + " tokens but " + std::to_string(positions.size()) +
-                      " positions");
-  }
-  if (mask && mask->size() != T) {
-    return make_error("forward: attention mask is " + std::to_string(mask->size()) + "x" +
-                      std::to_string(mask->size()) + " for " + std::to_string(T) + " tokens");
-  }
-  const int64_t V = c.vocab_size;
-  for (int64_t t = 0; t < T; ++t) {
-    if (tokens[t] < 0 || tokens[t] >= V) {
-      return make_error("forward: token id " + std::to_string(tokens[t]) + " outside the vocabulary (0.." +
-                        std::to_string(V - 1) + ")");
-    }
-    if (positions[t] < 0) return make_error("forward: negative position " + std::to_string(positions[t]));
   }
   const int64_t first_new = committed_ + provisional_;
   if (first_new + T > capacity_) {

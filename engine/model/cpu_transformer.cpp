@@ -365,15 +365,7 @@ struct CpuTransformer::Impl {
   Status forward(std::span<const int32_t> tokens, std::span<const int32_t> positions, const AttentionMask* mask,
                  KvCache& kv, std::span<float> logits, LogitRows rows, const ForwardContext* trace) {
     const auto T = static_cast<int64_t>(tokens.size());
-    if (T == 0) return make_error("forward: no tokens");
-    if (static_cast<int64_t>(positions.size()) != T) {
-      return make_error("forward: " + std::to_string(T) + " tokens but " + std::to_string(positions.size()) +
-                        " positions");
-    }
-    if (mask && mask->size() != T) {
-      return make_error("forward: attention mask is " + std::to_string(mask->size()) + "x" +
-                        std::to_string(mask->size()) + " for " + std::to_string(T) + " tokens");
-    }
+    if (auto ok = check_forward_inputs(tokens, positions, mask, cfg.vocab_size); !ok) return ok;
     const auto& kc = kv.config();
     if (kc.n_layers != cfg.n_layers || kc.n_kv_heads != cfg.n_kv_heads || kc.head_dim != cfg.head_dim) {
       return make_error("forward: KV cache shape (layers " + std::to_string(kc.n_layers) + ", KV heads " +
@@ -385,13 +377,6 @@ struct CpuTransformer::Impl {
     if (static_cast<int64_t>(logits.size()) != want) {
       return make_error("forward: logits buffer has " + std::to_string(logits.size()) + " floats, need " +
                         std::to_string(want));
-    }
-    for (int64_t t = 0; t < T; ++t) {
-      if (tokens[t] < 0 || tokens[t] >= V) {
-        return make_error("forward: token id " + std::to_string(tokens[t]) + " outside the vocabulary (0.." +
-                          std::to_string(V - 1) + ")");
-      }
-      if (positions[t] < 0) return make_error("forward: negative position " + std::to_string(positions[t]));
     }
     auto first = kv.append_provisional(T);
     if (!first) return first.error();
@@ -490,6 +475,28 @@ size_t CpuTransformer::packed_weight_bytes() const {
     total += l.qkv.bytes() + l.wo.bytes() + l.gate_up.bytes() + l.down.bytes() + (l.moe ? l.moe->bytes() : 0);
   }
   return total;
+}
+
+Status check_forward_inputs(std::span<const int32_t> tokens, std::span<const int32_t> positions,
+                            const AttentionMask* mask, int64_t vocab_size) {
+  const auto T = static_cast<int64_t>(tokens.size());
+  if (T == 0) return make_error("forward: no tokens");
+  if (static_cast<int64_t>(positions.size()) != T) {
+    return make_error("forward: " + std::to_string(T) + " tokens but " + std::to_string(positions.size()) +
+                      " positions");
+  }
+  if (mask && mask->size() != T) {
+    return make_error("forward: attention mask is " + std::to_string(mask->size()) + "x" +
+                      std::to_string(mask->size()) + " for " + std::to_string(T) + " tokens");
+  }
+  for (int64_t t = 0; t < T; ++t) {
+    if (tokens[t] < 0 || tokens[t] >= vocab_size) {
+      return make_error("forward: token id " + std::to_string(tokens[t]) + " outside the vocabulary (0.." +
+                        std::to_string(vocab_size - 1) + ")");
+    }
+    if (positions[t] < 0) return make_error("forward: negative position " + std::to_string(positions[t]));
+  }
+  return {};
 }
 
 Expected<KvCache> CpuTransformer::make_kv_cache(int block_size, int64_t max_tokens) const {

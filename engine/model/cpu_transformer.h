@@ -14,8 +14,8 @@
 #include "engine/kv/kv_cache.h"
 #include "engine/model/loader.h"
 #include "engine/model/moe.h"
-#include "engine/observer/observer.h"
 #include "engine/model/prefill_cache.h"
+#include "engine/observer/observer.h"
 #include "engine/sparse/sparse_attention.h"
 #include "engine/sparse/sparse_config.h"
 #include "kernels/cpu/aligned_buffer.h"
@@ -65,6 +65,13 @@ enum class LogitRows {
   Last,  // only the last new token: (vocab)
 };
 
+// The input checks every backend's forward() makes (the contract BackendSession::forward shares
+// with CpuTransformer::forward): at least one token, one position per token, a T x T mask if
+// any, token ids inside 0..vocab_size-1 and no negative position. Error text names the first
+// failure.
+Status check_forward_inputs(std::span<const int32_t> tokens, std::span<const int32_t> positions,
+                            const AttentionMask* mask, int64_t vocab_size);
+
 // What the loop tells a forward about the round it serves. Each layer is an NVTX range "layer"
 // and, when the observer wants CPU spans, a CpuSpanEvent {"layer", round, layer}. With a sparse
 // config, attention reads only the selected committed blocks (engine/sparse/sparse_attention.h)
@@ -73,11 +80,11 @@ enum class LogitRows {
 // (engine/model/moe.h); every MoE layer reports its routing to `moe_stats` and the observer.
 struct ForwardContext {
   Observer* observer = nullptr;
-  int64_t round = -1;                     // -1: prefill
-  const SparseConfig* sparse = nullptr;   // null or strict: dense, bit-identical to no context
-  std::span<const int32_t> query_order;   // the new rows in traversal order (group modes)
-  SparseStats* stats = nullptr;           // accumulates KV bytes read / dense, FFN channels kept
-  MoeForwardStats* moe_stats = nullptr;   // MoE models: per-layer, per-token routing appended (not cleared)
+  int64_t round = -1;                    // -1: prefill
+  const SparseConfig* sparse = nullptr;  // null or strict: dense, bit-identical to no context
+  std::span<const int32_t> query_order;  // the new rows in traversal order (group modes)
+  SparseStats* stats = nullptr;          // accumulates KV bytes read / dense, FFN channels kept
+  MoeForwardStats* moe_stats = nullptr;  // MoE models: per-layer, per-token routing appended (not cleared)
 };
 
 struct CpuTransformerOptions {

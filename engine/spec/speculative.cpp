@@ -119,30 +119,34 @@ ForwardContext with_order(const ForwardContext* context, const VerifyBatch& b) {
   return c;
 }
 
+// The context a verify's forward runs under: the caller's, with the batch's query order; none
+// without one.
+std::optional<ForwardContext> verify_context(const ForwardContext* context, const VerifyBatch& b) {
+  if (!context) return std::nullopt;
+  return with_order(context, b);
+}
+
 }  // namespace
 
 Status verify_forward(CpuTransformer& target, KvCache& kv, int32_t pending, const DraftTree& tree,
                       std::span<float> logits, const ForwardContext* context) {
   const VerifyBatch b = verify_batch(static_cast<int32_t>(kv.committed()), pending, tree, context);
-  if (!context) return target.forward(b.tokens, b.positions, &b.mask, kv, logits, LogitRows::All);
-  const ForwardContext c = with_order(context, b);
-  return target.forward(b.tokens, b.positions, &b.mask, kv, logits, LogitRows::All, &c);
+  const auto c = verify_context(context, b);
+  return target.forward(b.tokens, b.positions, &b.mask, kv, logits, LogitRows::All, c ? &*c : nullptr);
 }
 
 Status verify_forward(BackendSession& session, int32_t pending, const DraftTree& tree, std::span<float> logits,
                       const ForwardContext* context) {
   const VerifyBatch b = verify_batch(static_cast<int32_t>(session.committed()), pending, tree, context);
-  if (!context) return session.forward(b.tokens, b.positions, &b.mask, logits, LogitRows::All);
-  const ForwardContext c = with_order(context, b);
-  return session.forward(b.tokens, b.positions, &b.mask, logits, LogitRows::All, &c);
+  const auto c = verify_context(context, b);
+  return session.forward(b.tokens, b.positions, &b.mask, logits, LogitRows::All, c ? &*c : nullptr);
 }
 
 Status verify_forward_greedy(BackendSession& session, int32_t pending, const DraftTree& tree, std::span<int32_t> greedy,
                              const ForwardContext* context) {
   const VerifyBatch b = verify_batch(static_cast<int32_t>(session.committed()), pending, tree, context);
-  if (!context) return session.forward_greedy(b.tokens, b.positions, &b.mask, greedy, LogitRows::All);
-  const ForwardContext c = with_order(context, b);
-  return session.forward_greedy(b.tokens, b.positions, &b.mask, greedy, LogitRows::All, &c);
+  const auto c = verify_context(context, b);
+  return session.forward_greedy(b.tokens, b.positions, &b.mask, greedy, LogitRows::All, c ? &*c : nullptr);
 }
 
 SpeculativeEngine::SpeculativeEngine(const Model& target, int threads, Precision precision) : model_(&target) {
