@@ -59,6 +59,8 @@ Expected<DrafterConfig> parse_config(const std::string& text) {
       c.layers = value;
     } else if (key == "conf") {
       c.ngram.min_confidence = std::atof(value.c_str());
+    } else if (key == "history") {
+      c.ngram.history_tokens = std::atoi(value.c_str());
     } else if (key == "n" || key == "min" || key == "len") {
       const int v = std::atoi(value.c_str());
       (key == "n" ? c.ngram.n_max : key == "min" ? c.ngram.n_min : c.ngram.max_length) = v;

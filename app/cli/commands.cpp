@@ -122,7 +122,8 @@ Expected<std::unique_ptr<Drafter>> make_drafter(const SpeculationArgs& spec, con
   where.kv_block_size = kv_block_size;
   where.backend = spec.draft_backend == "auto" ? target_backend : spec.draft_backend;
   if (spec.drafter == "ngram") {
-    return make_ngram_drafter({spec.ngram_n, spec.ngram_min, spec.ngram_max_length, spec.ngram_min_confidence});
+    return make_ngram_drafter(
+        {spec.ngram_n, spec.ngram_min, spec.ngram_max_length, spec.ngram_min_confidence, spec.ngram_history});
   }
   if (spec.drafter == "layerskip") {
     if (auto layers = parse_layer_subset(spec.layers, target.config.n_layers); !layers) {

@@ -42,6 +42,10 @@ void add_speculation_flags(CLI::App* cmd, specula::cli::SpeculationArgs& spec) {
                   "(0 = fill the tree)")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
+  cmd->add_option("--ngram-history", spec.ngram_history,
+                  "Tokens of earlier prompts' answers the ngram drafter also matches against (0 = this sequence only)")
+      ->check(CLI::Range(0, 1 << 24))
+      ->capture_default_str();
   cmd->add_option("--sparse", spec.sparse,
                   "Sparse verification preset: strict | sa | sa-reuse | sffn | smoe | hybrid | ssv-exact | ssv-approx")
       ->capture_default_str();

@@ -4,10 +4,12 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <deque>
 #include <map>
 #include <numeric>
 #include <optional>
 #include <string>
+#include <unordered_map>
 
 #include "engine/backend/cuda_backend.h"
 #include "engine/backend/transformer_backend.h"
@@ -18,9 +20,78 @@ namespace {
 
 // ---- ngram (prompt lookup) ----------------------------------------------------------------
 
+// Earlier sequences' text, each n-gram (n = 1..n_max) mapped to the tokens that followed it in
+// the same sequence, with counts. A hash index rather than the scan the current sequence gets:
+// the history holds tens of thousands of tokens and is asked once a draft node and suffix length.
+class NgramHistory {
+ public:
+  using Followers = std::vector<std::pair<int32_t, int>>;  // (token, count)
+
+  NgramHistory(int n_max, int capacity) : n_max_(n_max), capacity_(capacity) {}
+
+  void add(std::span<const int32_t> text) {
+    if (capacity_ <= 0 || text.size() < 2) return;
+    segments_.emplace_back(text.begin(), text.end());
+    if (segments_.back().size() > static_cast<size_t>(capacity_)) {
+      segments_.back().erase(segments_.back().begin(), segments_.back().end() - capacity_);
+    }
+    tokens_ += segments_.back().size();
+    bool evicted = false;
+    while (tokens_ > static_cast<size_t>(capacity_)) {
+      tokens_ -= segments_.front().size();
+      segments_.pop_front();
+      evicted = true;
+    }
+    if (evicted) {
+      index_.clear();
+      for (const auto& segment : segments_) index(segment);
+    } else {
+      index(segments_.back());
+    }
+  }
+
+  // The followers of `gram` (1..n_max tokens), or nullptr when it never occurred.
+  const Followers* find(std::span<const int32_t> gram) const {
+    key_.assign(gram.begin(), gram.end());
+    const auto it = index_.find(key_);
+    return it == index_.end() ? nullptr : &it->second;
+  }
+
+ private:
+  struct GramHash {
+    size_t operator()(const std::vector<int32_t>& gram) const {
+      uint64_t h = 1469598103934665603ull;  // FNV-1a over the ids
+      for (int32_t t : gram) h = (h ^ static_cast<uint32_t>(t)) * 1099511628211ull;
+      return static_cast<size_t>(h);
+    }
+  };
+
+  void index(const std::vector<int32_t>& text) {
+    for (size_t end = 1; end < text.size(); ++end) {  // grams ending before text[end]
+      for (int n = 1; n <= n_max_ && static_cast<size_t>(n) <= end; ++n) {
+        Followers& f = index_[std::vector<int32_t>(text.begin() + static_cast<std::ptrdiff_t>(end) - n,
+                                                   text.begin() + static_cast<std::ptrdiff_t>(end))];
+        const auto at = std::find_if(f.begin(), f.end(), [&](const auto& e) { return e.first == text[end]; });
+        if (at == f.end()) {
+          f.emplace_back(text[end], 1);
+        } else {
+          ++at->second;
+        }
+      }
+    }
+  }
+
+  int n_max_, capacity_;
+  std::deque<std::vector<int32_t>> segments_;
+  size_t tokens_ = 0;
+  std::unordered_map<std::vector<int32_t>, Followers, GramHash> index_;
+  mutable std::vector<int32_t> key_;
+};
+
 class NgramDrafter final : public Drafter {
  public:
-  explicit NgramDrafter(const NgramOptions& options) : options_(options) {}
+  explicit NgramDrafter(const NgramOptions& options)
+      : options_(options), history_(options.n_max, options.history_tokens) {}
 
   std::string name() const override {
     std::string name = "ngram:n=" + std::to_string(options_.n_max);
@@ -31,12 +102,19 @@ class NgramDrafter final : public Drafter {
       std::snprintf(conf, sizeof conf, ",conf=%g", options_.min_confidence);
       name += conf;
     }
+    if (options_.history_tokens > 0) name += ",history=" + std::to_string(options_.history_tokens);
     return name;
   }
-  void reset() override {}
+  void reset() override { archive(); }
   const DrafterStats& stats() const override { return stats_; }
 
   Expected<DraftTree> draft(std::span<const int32_t> sequence, const DraftRequest& request) override {
+    if (options_.history_tokens > 0) {
+      // A sequence that does not extend the last one is a new request without reset().
+      if (last_.size() > sequence.size() || !std::equal(last_.begin(), last_.end(), sequence.begin())) archive();
+      if (last_.empty()) prompt_length_ = sequence.size() > 0 ? sequence.size() - 1 : 0;
+      last_.assign(sequence.begin(), sequence.end());
+    }
     std::vector<int32_t> context(sequence.begin(), sequence.end());
     const auto base = context.size();
     // With min_confidence: the estimated chance that each drafted path is accepted whole, by
@@ -70,32 +148,64 @@ class NgramDrafter final : public Drafter {
   }
 
  private:
+  // The last sequence's generated text, with n_max tokens of its prompt before it (the chat
+  // template's "assistant" turn opener, so the history also knows how answers begin).
+  void archive() {
+    if (!last_.empty()) {
+      const size_t from = prompt_length_ > static_cast<size_t>(options_.n_max) ? prompt_length_ - options_.n_max : 0;
+      history_.add(std::span(last_).subspan(from));
+    }
+    last_.clear();
+  }
+
   // The tokens that followed earlier occurrences of the longest matching suffix, as a
   // distribution over their counts, and that suffix's length. All zeros (one entry) and length 0
-  // when no suffix of n_min.. tokens recurs.
+  // when no suffix of n_min.. tokens recurs. The sequence itself first, then the history.
   DraftDistribution continuations(std::span<const int32_t> context, int& match_length) const {
     match_length = 0;
     const auto len = static_cast<int64_t>(context.size());
+    const auto distribution = [](const std::vector<std::pair<int32_t, int>>& counts) {
+      int32_t top = 0;
+      int total = 0;
+      for (const auto& [t, c] : counts) top = std::max(top, t), total += c;
+      // Counts first, one division each: summing 1/k k times in float can exceed 1.
+      DraftDistribution q(static_cast<size_t>(top) + 1, 0.0f);
+      for (const auto& [t, c] : counts) q[static_cast<size_t>(t)] = static_cast<float>(c) / static_cast<float>(total);
+      return q;
+    };
     for (int64_t n = std::min<int64_t>(options_.n_max, len - 1); n >= std::max(1, options_.n_min); --n) {
       const auto suffix = context.subspan(static_cast<size_t>(len - n));
-      std::vector<int32_t> next;
+      std::vector<std::pair<int32_t, int>> counts;
       for (int64_t i = 0; i + n < len; ++i) {  // occurrence context[i, i+n) followed by context[i+n]
-        if (std::equal(suffix.begin(), suffix.end(), context.begin() + i))
-          next.push_back(context[static_cast<size_t>(i + n)]);
+        if (!std::equal(suffix.begin(), suffix.end(), context.begin() + i)) continue;
+        const int32_t t = context[static_cast<size_t>(i + n)];
+        const auto at = std::find_if(counts.begin(), counts.end(), [&](const auto& e) { return e.first == t; });
+        if (at == counts.end()) {
+          counts.emplace_back(t, 1);
+        } else {
+          ++at->second;
+        }
       }
-      if (next.empty()) continue;
-      // Counts first, one division each: summing 1/k k times in float can exceed 1.
-      DraftDistribution q(static_cast<size_t>(*std::max_element(next.begin(), next.end())) + 1, 0.0f);
-      for (int32_t t : next) q[static_cast<size_t>(t)] += 1.0f;
-      for (float& p : q) p /= static_cast<float>(next.size());
+      if (counts.empty()) continue;
       match_length = static_cast<int>(n);
-      return q;
+      return distribution(counts);
+    }
+    if (options_.history_tokens > 0) {
+      for (int64_t n = std::min<int64_t>(options_.n_max, len); n >= std::max(1, options_.n_min); --n) {
+        if (const auto* followers = history_.find(context.subspan(static_cast<size_t>(len - n)))) {
+          match_length = static_cast<int>(n);
+          return distribution(*followers);
+        }
+      }
     }
     return DraftDistribution(1, 0.0f);
   }
 
   NgramOptions options_;
   DrafterStats stats_;
+  NgramHistory history_;
+  std::vector<int32_t> last_;  // the sequence of the last draft() (history_tokens > 0 only)
+  size_t prompt_length_ = 0;   // its prompt's length: the first draft() of a sequence less its one generated token
 };
 
 // ---- transformer-backed drafters (layerskip, model) ----------------------------------------

@@ -64,6 +64,11 @@ struct NgramOptions {
   // is accepted stays at or above this (0 = fill the tree shape whenever anything matches). See
   // ngram_token_confidence(); the tree shape is then only the upper bound.
   double min_confidence = 0;
+  // > 0: also look the suffix up in the generated text of the sequences this drafter drafted for
+  // before (SuffixDecoding's cross-request history: a server's earlier answers share phrasing),
+  // keeping at most this many tokens, the oldest sequences dropped first. The current sequence
+  // is searched first; the history only answers a suffix the sequence itself never saw.
+  int history_tokens = 0;
 };
 
 // The estimated chance that an ngram draft token is accepted, given the length m of the suffix

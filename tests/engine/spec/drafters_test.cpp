@@ -92,6 +92,56 @@ TEST(NgramDrafter, NoMatchMeansNoTreeAndMaxLengthCaps) {
   EXPECT_EQ(tree->path_tokens(1), (std::vector<int32_t>{3, 4}));
 }
 
+TEST(NgramDrafter, HistoryAnswersWhatTheSequenceNeverSaw) {
+  NgramOptions options{3, 1, 0};
+  options.history_tokens = 64;
+  auto d = make_ngram_drafter(options);
+  EXPECT_NE(d->name().find("history=64"), std::string::npos) << d->name();
+  // A first request: prompt 50 51, generated 20 21 22 23 (its last draft() call sees all of it).
+  ASSERT_TRUE(d->draft(std::vector<int32_t>{50, 51, 20}, request("chain:2")).ok());
+  ASSERT_TRUE(d->draft(std::vector<int32_t>{50, 51, 20, 21, 22, 23}, request("chain:2")).ok());
+  d->reset();
+  // A new request ending in 21: only the history knows what followed it.
+  auto tree = d->draft(std::vector<int32_t>{60, 61, 21}, request("chain:2"));
+  ASSERT_TRUE(tree.ok()) << tree.error().message;
+  ASSERT_EQ(tree->size(), 2);
+  EXPECT_EQ(tree->path_tokens(1), (std::vector<int32_t>{22, 23}));
+  // The sequence itself wins where it has its own match: 21 -> 30 here.
+  tree = d->draft(std::vector<int32_t>{60, 61, 21, 30, 9, 21}, request("chain:1"));
+  ASSERT_TRUE(tree.ok());
+  ASSERT_EQ(tree->size(), 1);
+  EXPECT_EQ(tree->node(0).token, 30);
+  // Without history the same drafter state proposes nothing for an unseen suffix.
+  auto plain = make_ngram_drafter({3, 1, 0});
+  ASSERT_TRUE(plain->draft(std::vector<int32_t>{50, 51, 20, 21, 22, 23}, request("chain:2")).ok());
+  plain->reset();
+  tree = plain->draft(std::vector<int32_t>{60, 61, 21}, request("chain:2"));
+  ASSERT_TRUE(tree.ok());
+  EXPECT_TRUE(tree->empty());
+}
+
+TEST(NgramDrafter, HistoryKeepsItsTokenBudget) {
+  NgramOptions options{1, 1, 0};
+  options.history_tokens = 6;
+  auto d = make_ngram_drafter(options);
+  // Two requests of 4 archived tokens each (a 1-token prompt, then the answer): the second pushes
+  // the first out, so its 7 -> 8 is forgotten and 5 -> 6 is kept.
+  for (const auto& [prompt, answer] : {std::pair{1, std::vector<int32_t>{7, 8, 9}}, {2, {5, 6, 4}}}) {
+    ASSERT_TRUE(d->draft(std::vector<int32_t>{prompt, answer[0]}, request("chain:1")).ok());
+    std::vector<int32_t> all = {prompt};
+    all.insert(all.end(), answer.begin(), answer.end());
+    ASSERT_TRUE(d->draft(all, request("chain:1")).ok());
+    d->reset();
+  }
+  auto tree = d->draft(std::vector<int32_t>{3, 7}, request("chain:1"));
+  ASSERT_TRUE(tree.ok());
+  EXPECT_TRUE(tree->empty());
+  tree = d->draft(std::vector<int32_t>{3, 5}, request("chain:1"));
+  ASSERT_TRUE(tree.ok());
+  ASSERT_EQ(tree->size(), 1);
+  EXPECT_EQ(tree->node(0).token, 6);
+}
+
 TEST(LayerSubset, ParsesEveryForm) {
   EXPECT_EQ(*parse_layer_subset("every-other", 5), (std::vector<int>{0, 2, 4}));
   EXPECT_EQ(*parse_layer_subset("first:2", 30), (std::vector<int>{0, 1}));
