@@ -110,6 +110,7 @@ Expected<std::unique_ptr<CudaBackend>> make_cuda_backend(const Model&, const Cud
 Status cuda_fill_kv_random_for_bench(BackendSession&, int64_t, uint64_t) {
   return make_error("cuda_fill_kv_random_for_bench: built without CUDA");
 }
+int64_t cuda_session_graph_count(const BackendSession&) { return -1; }
 Expected<std::unique_ptr<CudaBackend>> make_synthetic_cuda_backend(const ModelConfig&, uint64_t,
                                                                    const CudaBackendOptions&) {
   return make_error("--synthetic: this specula-cli was built without CUDA (nvcc was not found at configure time)");
@@ -326,6 +327,11 @@ Expected<std::unique_ptr<BackendSession>> CudaBackend::start(int block_size, int
   auto session = std::make_unique<CudaSession>(impl_.get(), block_size, capacity);
   if (auto ok = session->init(); !ok) return ok.error();
   return std::unique_ptr<BackendSession>(std::move(session));
+}
+
+int64_t cuda_session_graph_count(const BackendSession& session) {
+  const auto* cuda_session = dynamic_cast<const CudaSession*>(&session);
+  return cuda_session ? cuda_session->graph_count() : -1;
 }
 
 Status cuda_fill_kv_random_for_bench(BackendSession& session, int64_t rows, uint64_t seed) {

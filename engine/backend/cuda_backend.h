@@ -67,6 +67,10 @@ Status cuda_sparse_supported(const SparseConfig& config);
 // logits after it are meaningless. Error for a session of another backend.
 Status cuda_fill_kv_random_for_bench(BackendSession& session, int64_t rows, uint64_t seed);
 
+// Tests and benches: how many forward graphs a CUDA session holds (its own and those it took over
+// from the session before it, SpareKv in cuda_backend_impl.h); -1 for a session of another backend.
+int64_t cuda_session_graph_count(const BackendSession& session);
+
 class CudaBackend : public TransformerBackend {
  public:
   ~CudaBackend() override;

@@ -10,13 +10,16 @@
 #include <cstdint>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 #include "engine/backend/cuda_backend.h"
+#include "kernels/cuda/model_ops.h"
 #include "kernels/cuda/skinny_gemm.h"
 
 namespace specula {
@@ -137,6 +140,31 @@ class LtGemm {
 
 using namespace cuda_detail;
 
+// A finished session's KV cache memory and the forward graphs captured over it. The next session
+// with the same block size that fits takes both over (CudaSession::init), so a run of many
+// prompts captures and instantiates each decode and verify shape once, not once a prompt: that
+// cost ~2.4 ms a verify shape, about 40% of a 123-token ngram run's verify time on the H100
+// (bench/results/cuda_graph_reuse_s10_h100_2026-11-24.txt). The graphs stay valid because
+// every pointer they hold is this memory or the backend's scratch (whose moves they track by
+// graph_generation), and they read the committed length on the device.
+struct SpareKv {
+  int64_t block_size = 0, rows = 0;  // rows: the physical capacity the buffers hold
+  DeviceBuffer<bf16_bits> keys, values;
+  DeviceBuffer<float> kmin, kmax, split_partial;
+  DeviceBuffer<int32_t> table, split_counters;
+  cuda::AttentionSplit split;
+  std::map<int64_t, cudaGraphExec_t> graphs;
+  std::set<int64_t> eager_shapes;
+  int64_t graph_generation = -1;
+
+  SpareKv() = default;
+  SpareKv(const SpareKv&) = delete;
+  SpareKv& operator=(const SpareKv&) = delete;
+  ~SpareKv() {
+    for (auto& [key, exec] : graphs) cudaGraphExecDestroy(exec);
+  }
+};
+
 struct CudaBackend::Impl {
   ModelConfig cfg;
   bool synthetic = false;
@@ -166,10 +194,12 @@ struct CudaBackend::Impl {
   GemmRoute layer_route = GemmRoute::kAuto, head_route = GemmRoute::kAuto;  // CudaBackendOptions
   bool cublaslt_tuned = false;                                              // CudaBackendOptions
   LtGemm lt;
-  int32_t* host_ids = nullptr;   // pinned staging: tokens (T), positions (T), step (committed, first_new)
-  uint8_t* host_mask = nullptr;  // pinned, scratch_T²
+  int32_t* host_ids = nullptr;        // pinned staging: tokens (T), positions (T), step (committed, first_new)
+  uint8_t* host_mask = nullptr;       // pinned, scratch_T²
+  std::unique_ptr<SpareKv> spare_kv;  // the last finished session's (CudaSession::~CudaSession)
 
   ~Impl() {
+    spare_kv.reset();  // its graphs before the stream they were captured on
     if (host_ids) cudaFreeHost(host_ids);
     if (host_mask) cudaFreeHost(host_mask);
     if (cublas) cublasDestroy(cublas);

@@ -21,18 +21,35 @@ namespace specula {
 
 Status CudaSession::init() {
   const auto& c = b_->cfg;
-  n_blocks_ = (capacity_ + B_ - 1) / B_;
+  // The KV rows allocated: the capacity rounded up to whole blocks of decode attention's split
+  // (256 rows), so that prompts of similar length ask for the same memory and graphs.
+  constexpr int64_t kRowsQuantum = 256;
+  const int64_t rows = (std::max<int64_t>(capacity_, B_) + kRowsQuantum - 1) / kRowsQuantum * kRowsQuantum;
+  if (auto& spare = b_->spare_kv) {
+    // The last session's memory and graphs, where it has room for this one and its attention
+    // split (planned for its own rows, the graphs' launch shapes) has at most twice the splits
+    // this capacity would get: more splits past the committed rows run empty.
+    const int want = cuda::attention_split_for(rows, c.head_dim).splits;
+    if (spare->block_size == B_ && spare->rows >= rows && spare->split.splits <= 2 * want) {
+      adopt(*spare);
+      spare.reset();
+      return map_layers();
+    }
+    spare.reset();  // its memory may be what this session needs
+  }
+  rows_ = rows;
+  n_blocks_ = rows_ / B_ + (rows_ % B_ != 0);
   const int64_t kv_per_layer = n_blocks_ * c.n_kv_heads * B_ * c.head_dim;
   const int64_t meta_per_layer = n_blocks_ * c.n_kv_heads * c.head_dim;
   const uint64_t need = static_cast<uint64_t>(c.n_layers) * (2 * kv_per_layer * 2 + 2 * meta_per_layer * 4);
-  if (auto ok = b_->check_free_memory(need, "a KV cache of " + std::to_string(capacity_) + " tokens"); !ok) return ok;
+  if (auto ok = b_->check_free_memory(need, "a KV cache of " + std::to_string(rows_) + " tokens"); !ok) return ok;
   if (auto ok = keys_.allocate(c.n_layers * kv_per_layer, "KV keys"); !ok) return ok;
   if (auto ok = values_.allocate(c.n_layers * kv_per_layer, "KV values"); !ok) return ok;
   if (auto ok = kmin_.allocate(c.n_layers * meta_per_layer, "KV key min"); !ok) return ok;
   if (auto ok = kmax_.allocate(c.n_layers * meta_per_layer, "KV key max"); !ok) return ok;
   if (auto ok = table_.allocate(n_blocks_, "KV block table"); !ok) return ok;
   // Decode steps and verifies (up to kMaxGraphRows tokens) split long contexts over blocks.
-  split_ = cuda::attention_split_for(capacity_, c.head_dim);
+  split_ = cuda::attention_split_for(rows_, c.head_dim);
   if (split_.splits > 1) {
     if (auto ok =
             split_partial_.allocate(kMaxGraphRows * c.n_heads * split_.partial_floats_per_pair, "attention split");
@@ -51,6 +68,15 @@ Status CudaSession::init() {
   for (int64_t i = 0; i < n_blocks_; ++i) table[static_cast<size_t>(i)] = static_cast<int32_t>(i);
   SPECULA_CUDA_TRY(cudaMemcpy(table_.get(), table.data(), table.size() * 4, cudaMemcpyHostToDevice),
                    "block table upload");
+  return map_layers();
+}
+
+// Per-layer views of the KV memory, and the strides one launch over all layers uses.
+Status CudaSession::map_layers() {
+  const auto& c = b_->cfg;
+  const int64_t kv_per_layer = n_blocks_ * c.n_kv_heads * B_ * c.head_dim;
+  const int64_t meta_per_layer = n_blocks_ * c.n_kv_heads * c.head_dim;
+  layers_.clear();
   for (int64_t l = 0; l < c.n_layers; ++l) {
     cuda::PagedKvLayer k;
     k.keys = keys_.get() + l * kv_per_layer;
@@ -236,7 +262,47 @@ Status CudaSession::fill_kv_random(int64_t rows, uint64_t seed) {
   return {};
 }
 
+// Takes over a finished session's KV memory and graphs (SpareKv). Its rows hold that sequence's
+// keys and values, which nothing reads: attention stops at the committed rows, and a block's key
+// min/max is recomputed over the rows present whenever rows are committed.
+void CudaSession::adopt(SpareKv& spare) {
+  rows_ = spare.rows;
+  n_blocks_ = rows_ / B_ + (rows_ % B_ != 0);
+  keys_ = std::move(spare.keys);
+  values_ = std::move(spare.values);
+  kmin_ = std::move(spare.kmin);
+  kmax_ = std::move(spare.kmax);
+  table_ = std::move(spare.table);
+  split_partial_ = std::move(spare.split_partial);
+  split_counters_ = std::move(spare.split_counters);
+  split_ = spare.split;
+  graphs_ = std::move(spare.graphs);
+  spare.graphs.clear();
+  eager_shapes_ = std::move(spare.eager_shapes);
+  graph_generation_ = spare.graph_generation;
+}
+
 CudaSession::~CudaSession() {
+  // A session whose init() completed hands its memory and graphs on (SpareKv). Not after a
+  // CUDA error: the next session should not inherit graphs a failed launch may have left half-run.
+  if (!layers_.empty() && cudaPeekAtLastError() == cudaSuccess) {
+    auto spare = std::make_unique<SpareKv>();
+    spare->block_size = B_;
+    spare->rows = rows_;
+    spare->keys = std::move(keys_);
+    spare->values = std::move(values_);
+    spare->kmin = std::move(kmin_);
+    spare->kmax = std::move(kmax_);
+    spare->table = std::move(table_);
+    spare->split_partial = std::move(split_partial_);
+    spare->split_counters = std::move(split_counters_);
+    spare->split = split_;
+    spare->graphs = std::move(graphs_);
+    graphs_.clear();
+    spare->eager_shapes = std::move(eager_shapes_);
+    spare->graph_generation = graph_generation_;
+    b_->spare_kv = std::move(spare);
+  }
   for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
   if (rows_uploaded_) cudaEventDestroy(rows_uploaded_);
   if (host_rows_) cudaFreeHost(host_rows_);

@@ -37,6 +37,7 @@ class CudaSession final : public BackendSession {
                      LogitRows rows, const ForwardContext* context, const std::function<Status()>& enqueue_outputs);
 
   Status fill_kv_random(int64_t rows, uint64_t seed);
+  int64_t graph_count() const { return static_cast<int64_t>(graphs_.size()); }
 
   ~CudaSession() override;
 
@@ -100,6 +101,8 @@ class CudaSession final : public BackendSession {
   // every launch parameter it holds is a device pointer, and what changes per step (tokens,
   // positions, committed, first_new, the mask) is read on the device from b.ids and b.mask.
   static constexpr int64_t kMaxGraphRows = 65;  // the pending token + a 64-node tree
+  void adopt(SpareKv& spare);
+  Status map_layers();
   Status launch_graph(int64_t T, const uint8_t* mask_dev, LogitRows rows);
   Status ensure_choice_buffers(int64_t n);
 
@@ -120,7 +123,8 @@ class CudaSession final : public BackendSession {
   cudaEvent_t rows_uploaded_ = nullptr;  // the last commit's staging copy
   int64_t graph_generation_ = -1;
   int64_t B_;
-  int64_t capacity_;
+  int64_t capacity_;  // rows this session may hold (capacity())
+  int64_t rows_ = 0;  // rows its KV memory holds: capacity_ or more (init())
   int64_t n_blocks_ = 0;
   int64_t committed_ = 0, provisional_ = 0;
   // A forward of several rows without a sparse plan left the key min/max of its blocks for the

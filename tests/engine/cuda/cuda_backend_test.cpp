@@ -416,6 +416,66 @@ TEST_F(CudaBackendTest, DecodeGraphReplaysTheLaunchedKernelsExactly) {
   EXPECT_EQ(differing_pdl, 0u) << "of " << with_graph.size() << " logits, with and without programmatic launch";
 }
 
+// A finished session's KV memory and graphs go to the next session that fits (SpareKv): its
+// logits must be the bits a session on a fresh backend computes, although the memory still holds
+// the last sequence's longer rows and the graphs were captured by another session.
+TEST_F(CudaBackendTest, NextSessionTakesOverKvAndGraphsWithTheSameLogits) {
+  const int64_t V = cuda_->config().vocab_size;
+  // Prefill, 6 decode steps with a 3-node verify after the third; every logit in order.
+  auto run = [&](CudaBackend& backend, const std::string& text, int64_t capacity, int64_t* graphs_at_start) {
+    std::vector<float> trace;
+    auto s = backend.start(16, capacity);
+    EXPECT_TRUE(s);
+    if (!s) return trace;
+    *graphs_at_start = cuda_session_graph_count(**s);
+    std::vector<float> l(V);
+    if (!prefill(**s, encode(text), l)) return trace;
+    trace = l;
+    int32_t tok = argmax(l);
+    for (int step = 0; step < 6; ++step) {
+      int32_t p = static_cast<int32_t>((*s)->committed());
+      if (step == 3) {
+        const std::vector<int32_t> toks = {tok, 500, 600}, tpos = {p, p + 1, p + 1};
+        const auto mask = AttentionMask::from_parents(std::vector<int>{-1, 0, 0});
+        std::vector<float> all(3 * V);
+        EXPECT_TRUE((*s)->forward(toks, tpos, &mask, all, LogitRows::All));
+        EXPECT_TRUE((*s)->commit(std::vector<int>{0, 2}));
+        trace.insert(trace.end(), all.begin(), all.end());
+        tok = argmax(all, 2 * V, V);
+        continue;
+      }
+      EXPECT_TRUE((*s)->forward({&tok, 1}, {&p, 1}, nullptr, l, LogitRows::Last));
+      (*s)->commit_all();
+      trace.insert(trace.end(), l.begin(), l.end());
+      tok = argmax(l);
+    }
+    return trace;
+  };
+  auto fresh = [&](const std::string& text, int64_t capacity) {
+    auto backend = make_cuda_backend(*model_, CudaBackendOptions{});
+    EXPECT_TRUE(backend) << backend.error().message;
+    int64_t graphs = 0;
+    return backend ? run(**backend, text, capacity, &graphs) : std::vector<float>{};
+  };
+  const std::string a = "The history of the printing press begins in the fifteenth century, when movable type "
+                        "changed how books were made and who could read them.",
+                    b = "Water boils at", c = "List three primary colours:";
+  auto own = make_cuda_backend(*model_, CudaBackendOptions{});
+  ASSERT_TRUE(own) << own.error().message;
+  int64_t graphs_a = 0, graphs_b = 0, graphs_c = 0;
+  run(**own, a, 400, &graphs_a);
+  const auto trace_b = run(**own, b, 300, &graphs_b);   // fits A's 512 rows: takes them over
+  const auto trace_c = run(**own, c, 4096, &graphs_c);  // does not fit: new memory, no graphs
+  EXPECT_EQ(graphs_a, 0);
+  EXPECT_GE(graphs_b, 2) << "the decode and the 3-row verify graphs of the session before";
+  EXPECT_EQ(graphs_c, 0);
+  const auto want_b = fresh(b, 300), want_c = fresh(c, 4096);
+  ASSERT_EQ(trace_b.size(), want_b.size());
+  ASSERT_EQ(trace_c.size(), want_c.size());
+  EXPECT_EQ(std::memcmp(trace_b.data(), want_b.data(), trace_b.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(trace_c.data(), want_c.data(), trace_c.size() * sizeof(float)), 0);
+}
+
 TEST_F(CudaBackendTest, BadInputIsAnErrorNotACrash) {
   auto gs = cuda_->start(16, 8);
   ASSERT_TRUE(gs);
