@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdlib>
 
 #include "kernels/cuda/attention.h"
 
@@ -129,6 +130,60 @@ __global__ void __launch_bounds__(kScoreThreads)
   }
 }
 
+// Row-per-thread scoring for bf16 metadata: thread b holds block b's min and max rows (kD / 2
+// 32-bit words each, kD / 8 16-byte loads, all issued before the first use) in registers and
+// walks every selector, so all of a CTA's warps work where the staged kernel above has one warp a
+// selector (first_query: 1 of 8 warps busy, 31 us at 64K for 17 MB, latency-bound; ncu in
+// bench/results/ncu_select_breakdown_s10_h100_2026-11-24.txt). Each score is the same sum in the
+// same order (h, then dimension pairs) as the staged kernel, so the scores are bit-identical.
+constexpr int kRowThreads = 128;
+
+template <int kD>
+__global__ void __launch_bounds__(kRowThreads)
+    quest_score_rows_kernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ bmin,
+                            const __nv_bfloat16* __restrict__ bmax, const int32_t* __restrict__ block_table,
+                            int kv_heads, int q_heads, int selectors, int stride, int nblocks, int sink_blocks,
+                            int first_forced, float* scores) {
+  constexpr int kLoads = kD / 8;  // 16-byte loads a row (8 bf16)
+  const int kvh = blockIdx.y, b = blockIdx.x * kRowThreads + threadIdx.x, gqa = q_heads / kv_heads;
+  if (b >= nblocks) return;
+  float* out = scores + size_t(kvh) * nblocks + b;  // + sel * kv_heads * nblocks
+  const size_t sel_step = size_t(kv_heads) * nblocks;
+  if (b < sink_blocks || b >= first_forced) {
+    for (int sel = 0; sel < selectors; ++sel) out[sel * sel_step] = INFINITY;
+    return;
+  }
+  const size_t row = (static_cast<size_t>(block_table[b]) * kv_heads + kvh) * kD;
+  uint4 mn[kLoads], mx[kLoads];
+#pragma unroll
+  for (int i = 0; i < kLoads; ++i) {
+    mn[i] = __ldg(reinterpret_cast<const uint4*>(bmin + row) + i);
+    mx[i] = __ldg(reinterpret_cast<const uint4*>(bmax + row) + i);
+  }
+  for (int sel = 0; sel < selectors; ++sel) {
+    const int node = sel * stride;
+    float acc = 0.f;
+    for (int h = 0; h < gqa; ++h) {
+      const auto* qr = reinterpret_cast<const uint4*>(q + (size_t(node) * q_heads + kvh * gqa + h) * kD);
+#pragma unroll
+      for (int i = 0; i < kLoads; ++i) {
+        const uint4 qv = __ldg(qr + i);
+        const uint32_t qw[4] = {qv.x, qv.y, qv.z, qv.w};
+        const uint32_t nw[4] = {mn[i].x, mn[i].y, mn[i].z, mn[i].w};
+        const uint32_t xw[4] = {mx[i].x, mx[i].y, mx[i].z, mx[i].w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {  // dimensions 8i + 2j (low half) and 8i + 2j + 1 (high half)
+          const float qx = __uint_as_float(qw[j] << 16), qy = __uint_as_float(qw[j] & 0xffff0000u);
+          const float mnx = __uint_as_float(nw[j] << 16), mny = __uint_as_float(nw[j] & 0xffff0000u);
+          const float mxx = __uint_as_float(xw[j] << 16), mxy = __uint_as_float(xw[j] & 0xffff0000u);
+          acc += fmaxf(qx * mnx, qx * mxx) + fmaxf(qy * mny, qy * mxy);
+        }
+      }
+    }
+    out[sel * sel_step] = acc;
+  }
+}
+
 // Order-preserving map of a float to an unsigned key (larger float, larger key); -0 and +0 get
 // one key, so they tie (and go by block id) as they do in a float comparison.
 __device__ __forceinline__ uint32_t order_key(float f) {
@@ -164,9 +219,22 @@ __global__ void __launch_bounds__(kSelectThreads)
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
     __syncthreads();
-    for (int b = threadIdx.x; b < nblocks; b += blockDim.x) {
-      const uint32_t k = keys[b];
-      if ((k & fixed) == prefix) atomicAdd(&hist[(k >> shift) & 255u], 1u);
+    // Scores share their high bits, so in the first passes most of a warp's keys fall in one
+    // bin: then one lane adds the warp's count (a shared atomic per lane on one address
+    // serializes; 14 us of the 8 segments' select at 64K, s10 breakdown above).
+    for (int base = 0; base < nblocks; base += kSelectThreads) {
+      const int b = base + static_cast<int>(threadIdx.x);
+      const uint32_t k = b < nblocks ? keys[b] : 0u, digit = (k >> shift) & 255u;
+      const bool match = b < nblocks && (k & fixed) == prefix;
+      const unsigned matching = __ballot_sync(0xffffffffu, match);
+      if (matching == 0u) continue;
+      const int leader = __ffs(matching) - 1;
+      const uint32_t lead_digit = __shfl_sync(0xffffffffu, digit, leader);
+      if (__all_sync(0xffffffffu, !match || digit == lead_digit)) {
+        if (lane == leader) atomicAdd(&hist[lead_digit], static_cast<uint32_t>(__popc(matching)));
+      } else if (match) {
+        atomicAdd(&hist[digit], 1u);
+      }
     }
     __syncthreads();
     if (warp == 0) {
@@ -371,7 +439,23 @@ bool select_blocks(const PagedKv& kv, const TreeQueries& tq, const SelectParams&
   quest_score_kernel<D><<<score_grid, kScoreThreads, 0, st>>>(q, MIN, MAX, kv.block_table, kv.kv_heads, tq.q_heads, \
                                                               s.selectors, s.stride, s.nblocks, sp.sink_blocks,     \
                                                               s.first_forced, scores)
-  if (sp.head_dim == 128) {
+  // SPECULA_SELECT_SCORE=staged keeps bf16 metadata on the staged kernel (A/B against the rows kernel).
+  static const bool force_staged = [] {
+    const char* v = std::getenv("SPECULA_SELECT_SCORE");
+    return v && std::string(v) == "staged";
+  }();
+  if (!f32_meta && !force_staged) {
+    const dim3 rows_grid((s.nblocks + kRowThreads - 1) / kRowThreads, kv.kv_heads);
+    if (sp.head_dim == 128) {
+      quest_score_rows_kernel<128><<<rows_grid, kRowThreads, 0, st>>>(q, bmin, bmax, kv.block_table, kv.kv_heads,
+                                                                      tq.q_heads, s.selectors, s.stride, s.nblocks,
+                                                                      sp.sink_blocks, s.first_forced, scores);
+    } else {
+      quest_score_rows_kernel<64><<<rows_grid, kRowThreads, 0, st>>>(q, bmin, bmax, kv.block_table, kv.kv_heads,
+                                                                     tq.q_heads, s.selectors, s.stride, s.nblocks,
+                                                                     sp.sink_blocks, s.first_forced, scores);
+    }
+  } else if (sp.head_dim == 128) {
     if (f32_meta)
       SPECULA_SCORE(128, sp.block_min_f32, sp.block_max_f32);
     else

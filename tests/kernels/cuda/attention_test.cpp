@@ -3,9 +3,11 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <numeric>
 #include <set>
 
 #include "kernels/cuda/attention.h"
@@ -135,10 +137,22 @@ std::vector<std::set<int>> node_sets(const Problem& p, const BlockLists& L, cons
 
 // f32_meta: the scoring reads f32 copies of the block min/max (SelectParams::block_min_f32, the
 // model backend's layout) instead of the bf16 ones: the same values, so the same reference.
-void check_sparse_mode(QueryMode mode, int nodes, int prefix, std::mt19937_64& rng, bool f32_meta = false) {
+// ties: the scored blocks' metadata repeats every 3 blocks, so most scores tie and the top-k must
+// take the lower block ids among equal scores (the metadata no longer bounds K; the selection and
+// the attention over the chosen blocks are still checked).
+void check_sparse_mode(QueryMode mode, int nodes, int prefix, std::mt19937_64& rng, bool f32_meta = false,
+                       bool ties = false) {
   SCOPED_TRACE(std::string("mode ") + query_mode_name(mode) + " nodes " + std::to_string(nodes) +
-               (f32_meta ? " f32 metadata" : ""));
-  const Problem p = testing::make_problem(rng, 2, 8, nodes, prefix);
+               (f32_meta ? " f32 metadata" : "") + (ties ? " tied scores" : ""));
+  Problem p = testing::make_problem(rng, 2, 8, nodes, prefix);
+  if (ties) {
+    const size_t row = size_t(p.kv_heads) * kAttnHeadDim;  // one physical block's [Hk][D] metadata
+    for (int b = 4; b < prefix / 16; ++b) {
+      const size_t to = p.block_table[b] * row, from = p.block_table[1 + b % 3] * row;
+      std::copy_n(p.bmin.begin() + from, row, p.bmin.begin() + to);
+      std::copy_n(p.bmax.begin() + from, row, p.bmax.begin() + to);
+    }
+  }
   DeviceProblem dp(p);
   std::vector<float> min_f32(p.bmin.size()), max_f32(p.bmax.size());
   for (size_t i = 0; i < p.bmin.size(); ++i) {
@@ -203,6 +217,12 @@ void check_sparse_mode(QueryMode mode, int nodes, int prefix, std::mt19937_64& r
       const auto& set = sets[h][n];
       ASSERT_EQ(static_cast<int>(set.size()), take) << "node " << n << " kvh " << h;
       const int sel_node = (n / stride) * stride;
+      // Exactly the `take` best of the GPU's own scores, ties to the lower block id.
+      std::vector<int> order(p.nblocks);
+      std::iota(order.begin(), order.end(), 0);
+      const float* own = hs.data() + (size_t(n / stride) * p.kv_heads + h) * p.nblocks;
+      std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return own[a] > own[b]; });
+      EXPECT_EQ(set, std::set<int>(order.begin(), order.begin() + take)) << "node " << n << " kvh " << h;
       double worst_in = INFINITY, best_out = -INFINITY;
       for (int b = 0; b < p.nblocks; ++b) {
         if (forced(b)) {
@@ -240,6 +260,10 @@ TEST(CudaSparseAttention, EveryQueryModeMatchesReference) {
   check_sparse_mode(QueryMode::kGroupUnion, 3, 40, rng);  // fewer blocks than top-k
   check_sparse_mode(QueryMode::kFirstQuery, 9, 3000, rng, true);
   check_sparse_mode(QueryMode::kGroupUnion, 40, 2100, rng, true);
+  for (QueryMode mode : {QueryMode::kPerQuery, QueryMode::kFirstQuery}) {
+    check_sparse_mode(mode, 8, 5000, rng, false, true);
+    check_sparse_mode(mode, 8, 5000, rng, true, true);
+  }
 }
 
 }  // namespace
