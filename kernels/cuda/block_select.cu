@@ -440,10 +440,9 @@ bool select_blocks(const PagedKv& kv, const TreeQueries& tq, const SelectParams&
                                                               s.selectors, s.stride, s.nblocks, sp.sink_blocks,     \
                                                               s.first_forced, scores)
   // SPECULA_SELECT_SCORE=staged keeps bf16 metadata on the staged kernel (A/B against the rows kernel).
-  static const bool force_staged = [] {
-    const char* v = std::getenv("SPECULA_SELECT_SCORE");
-    return v && std::string(v) == "staged";
-  }();
+  // Read every call, so that a test can compare the two kernels in one process.
+  const char* score_env = std::getenv("SPECULA_SELECT_SCORE");
+  const bool force_staged = score_env && std::string(score_env) == "staged";
   if (!f32_meta && !force_staged) {
     const dim3 rows_grid((s.nblocks + kRowThreads - 1) / kRowThreads, kv.kv_heads);
     if (sp.head_dim == 128) {

@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <numeric>
 #include <set>
 
@@ -180,6 +182,29 @@ void check_sparse_mode(QueryMode mode, int nodes, int prefix, std::mt19937_64& r
   DeviceBuffer<unsigned char> sws(select_workspace_bytes(dp.tq, p.kv_heads, sp));
   std::string error;
   ASSERT_TRUE(select_blocks(dp.kv, dp.tq, sp, &lists, sws.ptr, sws.n, scores.ptr, nullptr, &error)) << error;
+  if (!f32_meta) {
+    // bf16 metadata goes to the row-per-thread scoring kernel; the staged kernel (the f32 path)
+    // must give the same scores to the bit, and so the same lists.
+    DeviceBuffer<int32_t> blocks2(blocks.n), counts2(counts.n);
+    DeviceBuffer<uint64_t> members2(members.n);
+    DeviceBuffer<float> scores2(scores.n);
+    BlockLists lists2{blocks2.ptr, members2.ptr, counts2.ptr, 0, 0, 0};
+    setenv("SPECULA_SELECT_SCORE", "staged", 1);
+    const bool ok = select_blocks(dp.kv, dp.tq, sp, &lists2, sws.ptr, sws.n, scores2.ptr, nullptr, &error);
+    unsetenv("SPECULA_SELECT_SCORE");
+    ASSERT_TRUE(ok) << error;
+    const auto a = scores.to_host(), b = scores2.to_host();
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "staged and row scores differ";
+    const auto c1 = counts.to_host(), c2 = counts2.to_host();
+    const auto b1 = blocks.to_host(), b2 = blocks2.to_host();
+    const auto m1 = members.to_host(), m2 = members2.to_host();
+    ASSERT_EQ(c1, c2);
+    for (size_t list = 0; list < c1.size(); ++list) {  // entries past a list's count are never written
+      const size_t at = list * lists.max_blocks;
+      EXPECT_TRUE(std::equal(b1.begin() + at, b1.begin() + at + c1[list], b2.begin() + at)) << "list " << list;
+      EXPECT_TRUE(std::equal(m1.begin() + at, m1.begin() + at + c1[list], m2.begin() + at)) << "list " << list;
+    }
+  }
   DeviceBuffer<unsigned char> aws(attention_workspace_bytes(dp.tq, p.kv_heads, groups, gs, max_blocks));
   ASSERT_TRUE(tree_attention_sparse(dp.kv, dp.tq, lists, dp.out.ptr, aws.ptr, aws.n, nullptr, &error)) << error;
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
