@@ -7,13 +7,15 @@
 #include <cstdlib>
 
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace specula::cuda {
 namespace {
 
 constexpr int kScoreBlocks = 32;  // logical blocks per scoring CTA, one per lane
 constexpr int kListThreads = 256;
-constexpr int kSelectThreads = 256;
+constexpr int kSelectThreads = 256;       // a CTA per segment when segments fill the GPU
+constexpr int kSelectThreadsWide = 1024;  // when they do not (first_query: 8 segments)
 
 struct Shape {
   int nblocks = 0, first_forced = 0, forced = 0, take = 0, stride = 1, selectors = 0, groups = 0, group_size = 0,
@@ -87,6 +89,7 @@ __global__ void __launch_bounds__(kScoreThreads)
   constexpr int kChunks = kScoreBlocks * 2 * kRowChunks;
   constexpr int kPerThread = (kChunks + kScoreThreads - 1) / kScoreThreads;
   __shared__ float meta[2][kScoreBlocks][kD + 1];
+  pdl_trigger();
   const int kvh = blockIdx.y, b0 = blockIdx.x * kScoreBlocks, gqa = q_heads / kv_heads;
   uint4 raw[kPerThread];
 #pragma unroll
@@ -137,6 +140,9 @@ __global__ void __launch_bounds__(kScoreThreads)
 // bench/results/ncu_select_breakdown_s10_h100_2026-11-24.txt). Each score is the same sum in the
 // same order (h, then dimension pairs) as the staged kernel, so the scores are bit-identical.
 constexpr int kRowThreads = 128;
+// Past 32 selectors the staged kernel is faster (64: 398 against 429 us at 64K; the rows kernel
+// spills ~100 bytes at 255 registers and runs 8 warps an SM).
+constexpr int kRowsMaxSelectors = 32;
 
 template <int kD>
 __global__ void __launch_bounds__(kRowThreads)
@@ -145,6 +151,7 @@ __global__ void __launch_bounds__(kRowThreads)
                             int kv_heads, int q_heads, int selectors, int stride, int nblocks, int sink_blocks,
                             int first_forced, float* scores) {
   constexpr int kLoads = kD / 8;  // 16-byte loads a row (8 bf16)
+  pdl_trigger();                  // lets the top-k's launch overlap this kernel; it waits for its completion
   const int kvh = blockIdx.y, b = blockIdx.x * kRowThreads + threadIdx.x, gqa = q_heads / kv_heads;
   if (b >= nblocks) return;
   float* out = scores + size_t(kvh) * nblocks + b;  // + sel * kv_heads * nblocks
@@ -199,13 +206,15 @@ __device__ __forceinline__ uint32_t order_key(float f) {
 // still needed. A compaction in block order then keeps every larger key and the first `need`
 // equal ones. Reads the scores once from memory (the segment lives in shared memory), where the
 // segmented radix sort it replaces moved keys and ids through memory on every one of its passes.
-__global__ void __launch_bounds__(kSelectThreads)
+__global__ void __launch_bounds__(kSelectThreadsWide)
     top_k_select_kernel(const float* __restrict__ scores, int nblocks, int take, int32_t* __restrict__ chosen) {
   extern __shared__ uint32_t keys[];  // [nblocks]
   __shared__ uint32_t hist[256];
   __shared__ uint32_t s_prefix;
   __shared__ int s_need;
-  __shared__ int warp_gt[kSelectThreads / 32], warp_eq[kSelectThreads / 32];
+  __shared__ int warp_gt[kSelectThreadsWide / 32], warp_eq[kSelectThreadsWide / 32];
+  pdl_wait();  // the scores
+  pdl_trigger();
   const size_t seg = blockIdx.x;
   int32_t* out = chosen + seg * nblocks;
   if (take >= nblocks) {
@@ -219,22 +228,9 @@ __global__ void __launch_bounds__(kSelectThreads)
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
     __syncthreads();
-    // Scores share their high bits, so in the first passes most of a warp's keys fall in one
-    // bin: then one lane adds the warp's count (a shared atomic per lane on one address
-    // serializes; 14 us of the 8 segments' select at 64K, s10 breakdown above).
-    for (int base = 0; base < nblocks; base += kSelectThreads) {
-      const int b = base + static_cast<int>(threadIdx.x);
-      const uint32_t k = b < nblocks ? keys[b] : 0u, digit = (k >> shift) & 255u;
-      const bool match = b < nblocks && (k & fixed) == prefix;
-      const unsigned matching = __ballot_sync(0xffffffffu, match);
-      if (matching == 0u) continue;
-      const int leader = __ffs(matching) - 1;
-      const uint32_t lead_digit = __shfl_sync(0xffffffffu, digit, leader);
-      if (__all_sync(0xffffffffu, !match || digit == lead_digit)) {
-        if (lane == leader) atomicAdd(&hist[lead_digit], static_cast<uint32_t>(__popc(matching)));
-      } else if (match) {
-        atomicAdd(&hist[digit], 1u);
-      }
+    for (int b = threadIdx.x; b < nblocks; b += blockDim.x) {
+      const uint32_t k = keys[b];
+      if ((k & fixed) == prefix) atomicAdd(&hist[(k >> shift) & 255u], 1u);
     }
     __syncthreads();
     if (warp == 0) {
@@ -267,7 +263,8 @@ __global__ void __launch_bounds__(kSelectThreads)
     fixed |= 255u << shift;
   }
   // prefix is now the take-th largest key; keep keys above it and the first `need` equal to it.
-  const int per_warp = ((nblocks + kSelectThreads / 32 - 1) / (kSelectThreads / 32) + 31) / 32 * 32;
+  const int warps = static_cast<int>(blockDim.x) / 32;
+  const int per_warp = ((nblocks + warps - 1) / warps + 31) / 32 * 32;
   const int begin = warp * per_warp, end = min(nblocks, begin + per_warp);
   int gt = 0, eq = 0;
   for (int b0 = begin; b0 < end; b0 += 32) {
@@ -309,6 +306,7 @@ __global__ void __launch_bounds__(kListThreads)
                        int32_t* counts) {
   extern __shared__ unsigned long long mask[];  // [nblocks]
   __shared__ int warp_count[kListThreads / 32];
+  pdl_wait();  // the chosen ids
   const int group = blockIdx.x, kvh = blockIdx.y;
   for (int b = threadIdx.x; b < nblocks; b += blockDim.x) mask[b] = 0ull;
   __syncthreads();
@@ -443,7 +441,7 @@ bool select_blocks(const PagedKv& kv, const TreeQueries& tq, const SelectParams&
   // Read every call, so that a test can compare the two kernels in one process.
   const char* score_env = std::getenv("SPECULA_SELECT_SCORE");
   const bool force_staged = score_env && std::string(score_env) == "staged";
-  if (!f32_meta && !force_staged) {
+  if (!f32_meta && !force_staged && s.selectors <= kRowsMaxSelectors) {
     const dim3 rows_grid((s.nblocks + kRowThreads - 1) / kRowThreads, kv.kv_heads);
     if (sp.head_dim == 128) {
       quest_score_rows_kernel<128><<<rows_grid, kRowThreads, 0, st>>>(q, bmin, bmax, kv.block_table, kv.kv_heads,
@@ -470,13 +468,20 @@ bool select_blocks(const PagedKv& kv, const TreeQueries& tq, const SelectParams&
   if (key_bytes > 48 * 1024) {
     cudaFuncSetAttribute(top_k_select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(key_bytes));
   }
-  top_k_select_kernel<<<s.selectors * kv.kv_heads, kSelectThreads, key_bytes, st>>>(scores, s.nblocks, s.take, chosen);
+  // 8 segments of 256 threads left 124 SMs idle and each warp a long serial walk over 512 keys
+  // (14.4 us at 64K, ~24K active cycles a CTA at ~10 cycles an instruction: latency, not atomics).
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  const int segments = s.selectors * kv.kv_heads;
+  const int select_threads = segments < sms ? kSelectThreadsWide : kSelectThreads;
+  launch_pdl(top_k_select_kernel, dim3(segments), dim3(select_threads), key_bytes, st, scores, s.nblocks, s.take,
+             chosen);
   if (mask_bytes > 48 * 1024) {
     cudaFuncSetAttribute(build_lists_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(mask_bytes));
   }
-  build_lists_kernel<<<dim3(s.groups, kv.kv_heads), kListThreads, mask_bytes, st>>>(
-      chosen, kv.kv_heads, tq.nodes, s.nblocks, s.take, s.stride, s.group_size, s.max_blocks, lists->blocks,
-      lists->members, lists->counts);
+  launch_pdl(build_lists_kernel, dim3(s.groups, kv.kv_heads), dim3(kListThreads), mask_bytes, st, chosen, kv.kv_heads,
+             tq.nodes, s.nblocks, s.take, s.stride, s.group_size, s.max_blocks, lists->blocks, lists->members,
+             lists->counts);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return fail(std::string("launch failed: ") + cudaGetErrorString(err));
   return true;
