@@ -14,6 +14,7 @@ namespace {
 
 constexpr int kScoreBlocks = 32;  // logical blocks per scoring CTA, one per lane
 constexpr int kListThreads = 256;
+constexpr int kListThreadsWide = 1024;    // when the (group, kv head) lists do not fill the GPU
 constexpr int kSelectThreads = 256;       // a CTA per segment when segments fill the GPU
 constexpr int kSelectThreadsWide = 1024;  // when they do not (first_query: 8 segments)
 
@@ -300,12 +301,12 @@ __global__ void __launch_bounds__(kSelectThreadsWide)
 // after the warps before it (bench/results/cuda_verify_8b_64k_profile_h100_2026-11-24.json: 57 us
 // a layer at 64K with one warp compacting and every node's ids read apart; 53 us with the warps
 // alone, cuda_verify_8b_64k_v2_h100_2026-11-24.json).
-__global__ void __launch_bounds__(kListThreads)
+__global__ void __launch_bounds__(kListThreadsWide)
     build_lists_kernel(const int32_t* __restrict__ sorted_ids, int kv_heads, int nodes, int nblocks, int take,
                        int stride, int group_size, int max_blocks, int32_t* blocks, uint64_t* members,
                        int32_t* counts) {
   extern __shared__ unsigned long long mask[];  // [nblocks]
-  __shared__ int warp_count[kListThreads / 32];
+  __shared__ int warp_count[kListThreadsWide / 32];
   pdl_wait();  // the chosen ids
   const int group = blockIdx.x, kvh = blockIdx.y;
   for (int b = threadIdx.x; b < nblocks; b += blockDim.x) mask[b] = 0ull;
@@ -322,7 +323,8 @@ __global__ void __launch_bounds__(kListThreads)
   }
   __syncthreads();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int per_warp = ((nblocks + kListThreads / 32 - 1) / (kListThreads / 32) + 31) / 32 * 32;
+  const int warps = static_cast<int>(blockDim.x) / 32;
+  const int per_warp = ((nblocks + warps - 1) / warps + 31) / 32 * 32;
   const int begin = warp * per_warp, end = min(nblocks, begin + per_warp);
   int mine = 0;
   for (int b0 = begin; b0 < end; b0 += 32) {
@@ -331,7 +333,7 @@ __global__ void __launch_bounds__(kListThreads)
   if (lane == 0) warp_count[warp] = mine;
   __syncthreads();
   int count = 0, total = 0;  // listed blocks in the warps before this one, and in all
-  for (int w = 0; w < kListThreads / 32; ++w) {
+  for (int w = 0; w < warps; ++w) {
     count += w < warp ? warp_count[w] : 0;
     total += warp_count[w];
   }
@@ -479,7 +481,8 @@ bool select_blocks(const PagedKv& kv, const TreeQueries& tq, const SelectParams&
   if (mask_bytes > 48 * 1024) {
     cudaFuncSetAttribute(build_lists_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(mask_bytes));
   }
-  launch_pdl(build_lists_kernel, dim3(s.groups, kv.kv_heads), dim3(kListThreads), mask_bytes, st, chosen, kv.kv_heads,
+  const int list_threads = s.groups * kv.kv_heads < sms ? kListThreadsWide : kListThreads;
+  launch_pdl(build_lists_kernel, dim3(s.groups, kv.kv_heads), dim3(list_threads), mask_bytes, st, chosen, kv.kv_heads,
              tq.nodes, s.nblocks, s.take, s.stride, s.group_size, s.max_blocks, lists->blocks, lists->members,
              lists->counts);
   const cudaError_t err = cudaGetLastError();
