@@ -141,9 +141,9 @@ __global__ void __launch_bounds__(kScoreThreads)
 // bench/results/ncu_select_breakdown_s10_h100_2026-11-24.txt). Each score is the same sum in the
 // same order (h, then dimension pairs) as the staged kernel, so the scores are bit-identical.
 constexpr int kRowThreads = 128;
-// Past 32 selectors the staged kernel is faster (64: 398 against 429 us at 64K; the rows kernel
-// spills ~100 bytes at 255 registers and runs 8 warps an SM).
-constexpr int kRowsMaxSelectors = 32;
+// Past 16 selectors the staged kernel is faster per call (at 64K, 32: 229 against 238-244 us, 64:
+// 398 against 429 us in ncu; the rows kernel spills ~100 bytes at 255 registers, 8 warps an SM).
+constexpr int kRowsMaxSelectors = 16;
 
 template <int kD>
 __global__ void __launch_bounds__(kRowThreads)
@@ -192,6 +192,17 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 }
 
+// Where every group has one selector (per_query, first_query, group_shared: stride == group size),
+// a selector's top-k is its group's list as it stands: ascending ids, every member node in each
+// entry. The top-k kernel then writes the lists itself and build_lists is not launched (6.1 us
+// and a launch at 64K for first_query, s10 breakdown). blocks == nullptr: write `chosen`.
+struct DirectLists {
+  int32_t* blocks = nullptr;
+  uint64_t* members = nullptr;
+  int32_t* counts = nullptr;
+  int max_blocks = 0, kv_heads = 0, nodes = 0, group_size = 0;
+};
+
 // Order-preserving map of a float to an unsigned key (larger float, larger key); -0 and +0 get
 // one key, so they tie (and go by block id) as they do in a float comparison.
 __device__ __forceinline__ uint32_t order_key(float f) {
@@ -208,7 +219,8 @@ __device__ __forceinline__ uint32_t order_key(float f) {
 // equal ones. Reads the scores once from memory (the segment lives in shared memory), where the
 // segmented radix sort it replaces moved keys and ids through memory on every one of its passes.
 __global__ void __launch_bounds__(kSelectThreadsWide)
-    top_k_select_kernel(const float* __restrict__ scores, int nblocks, int take, int32_t* __restrict__ chosen) {
+    top_k_select_kernel(const float* __restrict__ scores, int nblocks, int take, int32_t* __restrict__ chosen,
+                        DirectLists direct) {
   extern __shared__ uint32_t keys[];  // [nblocks]
   __shared__ uint32_t hist[256];
   __shared__ uint32_t s_prefix;
@@ -217,7 +229,15 @@ __global__ void __launch_bounds__(kSelectThreadsWide)
   pdl_wait();  // the scores
   pdl_trigger();
   const size_t seg = blockIdx.x;
-  int32_t* out = chosen + seg * nblocks;
+  int32_t* out = direct.blocks ? direct.blocks + seg * direct.max_blocks : chosen + seg * nblocks;
+  if (direct.blocks) {
+    // Segment = (group, kv head) list: its members are all of the group's nodes, its count `take`.
+    const int group = static_cast<int>(seg) / direct.kv_heads, first = group * direct.group_size;
+    const int n = min(direct.nodes, first + direct.group_size) - first;
+    const unsigned long long bits = (n == 64 ? ~0ull : (1ull << n) - 1ull) << first;
+    for (int j = threadIdx.x; j < take; j += blockDim.x) direct.members[seg * direct.max_blocks + j] = bits;
+    if (threadIdx.x == 0) direct.counts[seg] = take;
+  }
   if (take >= nblocks) {
     for (int b = threadIdx.x; b < nblocks; b += blockDim.x) out[b] = b;
     return;
@@ -476,15 +496,21 @@ bool select_blocks(const PagedKv& kv, const TreeQueries& tq, const SelectParams&
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
   const int segments = s.selectors * kv.kv_heads;
   const int select_threads = segments < sms ? kSelectThreadsWide : kSelectThreads;
+  DirectLists direct;
+  if (s.stride == s.group_size) {
+    direct = {lists->blocks, lists->members, lists->counts, s.max_blocks, kv.kv_heads, tq.nodes, s.group_size};
+  }
   launch_pdl(top_k_select_kernel, dim3(segments), dim3(select_threads), key_bytes, st, scores, s.nblocks, s.take,
-             chosen);
+             chosen, direct);
   if (mask_bytes > 48 * 1024) {
     cudaFuncSetAttribute(build_lists_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(mask_bytes));
   }
   const int list_threads = s.groups * kv.kv_heads < sms ? kListThreadsWide : kListThreads;
-  launch_pdl(build_lists_kernel, dim3(s.groups, kv.kv_heads), dim3(list_threads), mask_bytes, st, chosen, kv.kv_heads,
-             tq.nodes, s.nblocks, s.take, s.stride, s.group_size, s.max_blocks, lists->blocks, lists->members,
-             lists->counts);
+  if (!direct.blocks) {
+    launch_pdl(build_lists_kernel, dim3(s.groups, kv.kv_heads), dim3(list_threads), mask_bytes, st, chosen, kv.kv_heads,
+               tq.nodes, s.nblocks, s.take, s.stride, s.group_size, s.max_blocks, lists->blocks, lists->members,
+               lists->counts);
+  }
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return fail(std::string("launch failed: ") + cudaGetErrorString(err));
   return true;
