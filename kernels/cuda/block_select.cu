@@ -144,7 +144,6 @@ constexpr int kRowThreads = 128;
 // Past 16 selectors the staged kernel is faster per call (at 64K, 32: 229 against 238-244 us, 64:
 // 398 against 429 us in ncu; the rows kernel spills ~100 bytes at 255 registers, 8 warps an SM).
 constexpr int kRowsMaxSelectors = 16;
-constexpr int kRowsMaxGqa = 16;  // q heads a kv head the rows kernel stages (8 KB at D 128)
 
 template <int kD>
 __global__ void __launch_bounds__(kRowThreads)
@@ -153,49 +152,36 @@ __global__ void __launch_bounds__(kRowThreads)
                             int kv_heads, int q_heads, int selectors, int stride, int nblocks, int sink_blocks,
                             int first_forced, float* scores) {
   constexpr int kLoads = kD / 8;  // 16-byte loads a row (8 bf16)
-  // The selector's q heads of this kv head as f32, read as broadcasts: from global memory (one
-  // uniform 16-byte load per 8 dimensions) they were most of the long-scoreboard stalls at 2
-  // warps a scheduler (ncu_rows_detail_s10_h100_2026-11-24.txt).
-  __shared__ __align__(16) float qs[kRowsMaxGqa * kD];
-  pdl_trigger();  // lets the top-k's launch overlap this kernel; it waits for its completion
+  pdl_trigger();                  // lets the top-k's launch overlap this kernel; it waits for its completion
   const int kvh = blockIdx.y, b = blockIdx.x * kRowThreads + threadIdx.x, gqa = q_heads / kv_heads;
-  const bool in_range = b < nblocks, forced = b < sink_blocks || b >= first_forced;
+  if (b >= nblocks) return;
   float* out = scores + size_t(kvh) * nblocks + b;  // + sel * kv_heads * nblocks
   const size_t sel_step = size_t(kv_heads) * nblocks;
+  if (b < sink_blocks || b >= first_forced) {
+    for (int sel = 0; sel < selectors; ++sel) out[sel * sel_step] = INFINITY;
+    return;
+  }
+  const size_t row = (static_cast<size_t>(block_table[b]) * kv_heads + kvh) * kD;
   uint4 mn[kLoads], mx[kLoads];
-  if (in_range && !forced) {
-    const size_t row = (static_cast<size_t>(block_table[b]) * kv_heads + kvh) * kD;
 #pragma unroll
-    for (int i = 0; i < kLoads; ++i) {
-      mn[i] = __ldg(reinterpret_cast<const uint4*>(bmin + row) + i);
-      mx[i] = __ldg(reinterpret_cast<const uint4*>(bmax + row) + i);
-    }
+  for (int i = 0; i < kLoads; ++i) {
+    mn[i] = __ldg(reinterpret_cast<const uint4*>(bmin + row) + i);
+    mx[i] = __ldg(reinterpret_cast<const uint4*>(bmax + row) + i);
   }
   for (int sel = 0; sel < selectors; ++sel) {
-    const auto* qsel =
-        reinterpret_cast<const __nv_bfloat162*>(q + (size_t(sel) * stride * q_heads + size_t(kvh) * gqa) * kD);
-    __syncthreads();  // every thread done with the previous selector's q
-    for (int i = threadIdx.x; i < gqa * kD / 2; i += kRowThreads) {
-      reinterpret_cast<float2*>(qs)[i] = __bfloat1622float2(qsel[i]);
-    }
-    __syncthreads();
-    if (!in_range) continue;
-    if (forced) {
-      out[sel * sel_step] = INFINITY;
-      continue;
-    }
+    const int node = sel * stride;
     float acc = 0.f;
     for (int h = 0; h < gqa; ++h) {
-      const auto* qh = reinterpret_cast<const float4*>(qs + h * kD);
+      const auto* qr = reinterpret_cast<const uint4*>(q + (size_t(node) * q_heads + kvh * gqa + h) * kD);
 #pragma unroll
       for (int i = 0; i < kLoads; ++i) {
-        const float4 qa = qh[2 * i], qb = qh[2 * i + 1];
-        const float qf[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+        const uint4 qv = __ldg(qr + i);
+        const uint32_t qw[4] = {qv.x, qv.y, qv.z, qv.w};
         const uint32_t nw[4] = {mn[i].x, mn[i].y, mn[i].z, mn[i].w};
         const uint32_t xw[4] = {mx[i].x, mx[i].y, mx[i].z, mx[i].w};
 #pragma unroll
         for (int j = 0; j < 4; ++j) {  // dimensions 8i + 2j (low half) and 8i + 2j + 1 (high half)
-          const float qx = qf[2 * j], qy = qf[2 * j + 1];
+          const float qx = __uint_as_float(qw[j] << 16), qy = __uint_as_float(qw[j] & 0xffff0000u);
           const float mnx = __uint_as_float(nw[j] << 16), mny = __uint_as_float(nw[j] & 0xffff0000u);
           const float mxx = __uint_as_float(xw[j] << 16), mxy = __uint_as_float(xw[j] & 0xffff0000u);
           acc += fmaxf(qx * mnx, qx * mxx) + fmaxf(qy * mny, qy * mxy);
@@ -477,7 +463,7 @@ bool select_blocks(const PagedKv& kv, const TreeQueries& tq, const SelectParams&
   // Read every call, so that a test can compare the two kernels in one process.
   const char* score_env = std::getenv("SPECULA_SELECT_SCORE");
   const bool force_staged = score_env && std::string(score_env) == "staged";
-  if (!f32_meta && !force_staged && s.selectors <= kRowsMaxSelectors && tq.q_heads / kv.kv_heads <= kRowsMaxGqa) {
+  if (!f32_meta && !force_staged && s.selectors <= kRowsMaxSelectors) {
     const dim3 rows_grid((s.nblocks + kRowThreads - 1) / kRowThreads, kv.kv_heads);
     if (sp.head_dim == 128) {
       quest_score_rows_kernel<128><<<rows_grid, kRowThreads, 0, st>>>(q, bmin, bmax, kv.block_table, kv.kv_heads,
