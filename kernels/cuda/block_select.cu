@@ -4,15 +4,19 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdlib>
 
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace specula::cuda {
 namespace {
 
 constexpr int kScoreBlocks = 32;  // logical blocks per scoring CTA, one per lane
 constexpr int kListThreads = 256;
-constexpr int kSelectThreads = 256;
+constexpr int kListThreadsWide = 1024;    // when the (group, kv head) lists do not fill the GPU
+constexpr int kSelectThreads = 256;       // a CTA per segment when segments fill the GPU
+constexpr int kSelectThreadsWide = 1024;  // when they do not (first_query: 8 segments)
 
 struct Shape {
   int nblocks = 0, first_forced = 0, forced = 0, take = 0, stride = 1, selectors = 0, groups = 0, group_size = 0,
@@ -86,6 +90,7 @@ __global__ void __launch_bounds__(kScoreThreads)
   constexpr int kChunks = kScoreBlocks * 2 * kRowChunks;
   constexpr int kPerThread = (kChunks + kScoreThreads - 1) / kScoreThreads;
   __shared__ float meta[2][kScoreBlocks][kD + 1];
+  pdl_trigger();
   const int kvh = blockIdx.y, b0 = blockIdx.x * kScoreBlocks, gqa = q_heads / kv_heads;
   uint4 raw[kPerThread];
 #pragma unroll
@@ -129,6 +134,75 @@ __global__ void __launch_bounds__(kScoreThreads)
   }
 }
 
+// Row-per-thread scoring for bf16 metadata: thread b holds block b's min and max rows (kD / 2
+// 32-bit words each, kD / 8 16-byte loads, all issued before the first use) in registers and
+// walks every selector, so all of a CTA's warps work where the staged kernel above has one warp a
+// selector (first_query: 1 of 8 warps busy, 31 us at 64K for 17 MB, latency-bound; ncu in
+// bench/results/ncu_select_breakdown_s10_h100_2026-11-24.txt). Each score is the same sum in the
+// same order (h, then dimension pairs) as the staged kernel, so the scores are bit-identical.
+constexpr int kRowThreads = 128;
+// Past 16 selectors the staged kernel is faster per call (at 64K, 32: 229 against 238-244 us, 64:
+// 398 against 429 us in ncu; the rows kernel spills ~100 bytes at 255 registers, 8 warps an SM).
+constexpr int kRowsMaxSelectors = 16;
+
+template <int kD>
+__global__ void __launch_bounds__(kRowThreads)
+    quest_score_rows_kernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ bmin,
+                            const __nv_bfloat16* __restrict__ bmax, const int32_t* __restrict__ block_table,
+                            int kv_heads, int q_heads, int selectors, int stride, int nblocks, int sink_blocks,
+                            int first_forced, float* scores) {
+  constexpr int kLoads = kD / 8;  // 16-byte loads a row (8 bf16)
+  pdl_trigger();                  // lets the top-k's launch overlap this kernel; it waits for its completion
+  const int kvh = blockIdx.y, b = blockIdx.x * kRowThreads + threadIdx.x, gqa = q_heads / kv_heads;
+  if (b >= nblocks) return;
+  float* out = scores + size_t(kvh) * nblocks + b;  // + sel * kv_heads * nblocks
+  const size_t sel_step = size_t(kv_heads) * nblocks;
+  if (b < sink_blocks || b >= first_forced) {
+    for (int sel = 0; sel < selectors; ++sel) out[sel * sel_step] = INFINITY;
+    return;
+  }
+  const size_t row = (static_cast<size_t>(block_table[b]) * kv_heads + kvh) * kD;
+  uint4 mn[kLoads], mx[kLoads];
+#pragma unroll
+  for (int i = 0; i < kLoads; ++i) {
+    mn[i] = __ldg(reinterpret_cast<const uint4*>(bmin + row) + i);
+    mx[i] = __ldg(reinterpret_cast<const uint4*>(bmax + row) + i);
+  }
+  for (int sel = 0; sel < selectors; ++sel) {
+    const int node = sel * stride;
+    float acc = 0.f;
+    for (int h = 0; h < gqa; ++h) {
+      const auto* qr = reinterpret_cast<const uint4*>(q + (size_t(node) * q_heads + kvh * gqa + h) * kD);
+#pragma unroll
+      for (int i = 0; i < kLoads; ++i) {
+        const uint4 qv = __ldg(qr + i);
+        const uint32_t qw[4] = {qv.x, qv.y, qv.z, qv.w};
+        const uint32_t nw[4] = {mn[i].x, mn[i].y, mn[i].z, mn[i].w};
+        const uint32_t xw[4] = {mx[i].x, mx[i].y, mx[i].z, mx[i].w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {  // dimensions 8i + 2j (low half) and 8i + 2j + 1 (high half)
+          const float qx = __uint_as_float(qw[j] << 16), qy = __uint_as_float(qw[j] & 0xffff0000u);
+          const float mnx = __uint_as_float(nw[j] << 16), mny = __uint_as_float(nw[j] & 0xffff0000u);
+          const float mxx = __uint_as_float(xw[j] << 16), mxy = __uint_as_float(xw[j] & 0xffff0000u);
+          acc += fmaxf(qx * mnx, qx * mxx) + fmaxf(qy * mny, qy * mxy);
+        }
+      }
+    }
+    out[sel * sel_step] = acc;
+  }
+}
+
+// Where every group has one selector (per_query, first_query, group_shared: stride == group size),
+// a selector's top-k is its group's list as it stands: ascending ids, every member node in each
+// entry. The top-k kernel then writes the lists itself and build_lists is not launched (6.1 us
+// and a launch at 64K for first_query, s10 breakdown). blocks == nullptr: write `chosen`.
+struct DirectLists {
+  int32_t* blocks = nullptr;
+  uint64_t* members = nullptr;
+  int32_t* counts = nullptr;
+  int max_blocks = 0, kv_heads = 0, nodes = 0, group_size = 0;
+};
+
 // Order-preserving map of a float to an unsigned key (larger float, larger key); -0 and +0 get
 // one key, so they tie (and go by block id) as they do in a float comparison.
 __device__ __forceinline__ uint32_t order_key(float f) {
@@ -144,15 +218,26 @@ __device__ __forceinline__ uint32_t order_key(float f) {
 // still needed. A compaction in block order then keeps every larger key and the first `need`
 // equal ones. Reads the scores once from memory (the segment lives in shared memory), where the
 // segmented radix sort it replaces moved keys and ids through memory on every one of its passes.
-__global__ void __launch_bounds__(kSelectThreads)
-    top_k_select_kernel(const float* __restrict__ scores, int nblocks, int take, int32_t* __restrict__ chosen) {
+__global__ void __launch_bounds__(kSelectThreadsWide)
+    top_k_select_kernel(const float* __restrict__ scores, int nblocks, int take, int32_t* __restrict__ chosen,
+                        DirectLists direct) {
   extern __shared__ uint32_t keys[];  // [nblocks]
   __shared__ uint32_t hist[256];
   __shared__ uint32_t s_prefix;
   __shared__ int s_need;
-  __shared__ int warp_gt[kSelectThreads / 32], warp_eq[kSelectThreads / 32];
+  __shared__ int warp_gt[kSelectThreadsWide / 32], warp_eq[kSelectThreadsWide / 32];
+  pdl_wait();  // the scores
+  pdl_trigger();
   const size_t seg = blockIdx.x;
-  int32_t* out = chosen + seg * nblocks;
+  int32_t* out = direct.blocks ? direct.blocks + seg * direct.max_blocks : chosen + seg * nblocks;
+  if (direct.blocks) {
+    // Segment = (group, kv head) list: its members are all of the group's nodes, its count `take`.
+    const int group = static_cast<int>(seg) / direct.kv_heads, first = group * direct.group_size;
+    const int n = min(direct.nodes, first + direct.group_size) - first;
+    const unsigned long long bits = (n == 64 ? ~0ull : (1ull << n) - 1ull) << first;
+    for (int j = threadIdx.x; j < take; j += blockDim.x) direct.members[seg * direct.max_blocks + j] = bits;
+    if (threadIdx.x == 0) direct.counts[seg] = take;
+  }
   if (take >= nblocks) {
     for (int b = threadIdx.x; b < nblocks; b += blockDim.x) out[b] = b;
     return;
@@ -199,7 +284,8 @@ __global__ void __launch_bounds__(kSelectThreads)
     fixed |= 255u << shift;
   }
   // prefix is now the take-th largest key; keep keys above it and the first `need` equal to it.
-  const int per_warp = ((nblocks + kSelectThreads / 32 - 1) / (kSelectThreads / 32) + 31) / 32 * 32;
+  const int warps = static_cast<int>(blockDim.x) / 32;
+  const int per_warp = ((nblocks + warps - 1) / warps + 31) / 32 * 32;
   const int begin = warp * per_warp, end = min(nblocks, begin + per_warp);
   int gt = 0, eq = 0;
   for (int b0 = begin; b0 < end; b0 += 32) {
@@ -235,12 +321,13 @@ __global__ void __launch_bounds__(kSelectThreads)
 // after the warps before it (bench/results/cuda_verify_8b_64k_profile_h100_2026-11-24.json: 57 us
 // a layer at 64K with one warp compacting and every node's ids read apart; 53 us with the warps
 // alone, cuda_verify_8b_64k_v2_h100_2026-11-24.json).
-__global__ void __launch_bounds__(kListThreads)
+__global__ void __launch_bounds__(kListThreadsWide)
     build_lists_kernel(const int32_t* __restrict__ sorted_ids, int kv_heads, int nodes, int nblocks, int take,
                        int stride, int group_size, int max_blocks, int32_t* blocks, uint64_t* members,
                        int32_t* counts) {
   extern __shared__ unsigned long long mask[];  // [nblocks]
-  __shared__ int warp_count[kListThreads / 32];
+  __shared__ int warp_count[kListThreadsWide / 32];
+  pdl_wait();  // the chosen ids
   const int group = blockIdx.x, kvh = blockIdx.y;
   for (int b = threadIdx.x; b < nblocks; b += blockDim.x) mask[b] = 0ull;
   __syncthreads();
@@ -256,7 +343,8 @@ __global__ void __launch_bounds__(kListThreads)
   }
   __syncthreads();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int per_warp = ((nblocks + kListThreads / 32 - 1) / (kListThreads / 32) + 31) / 32 * 32;
+  const int warps = static_cast<int>(blockDim.x) / 32;
+  const int per_warp = ((nblocks + warps - 1) / warps + 31) / 32 * 32;
   const int begin = warp * per_warp, end = min(nblocks, begin + per_warp);
   int mine = 0;
   for (int b0 = begin; b0 < end; b0 += 32) {
@@ -265,7 +353,7 @@ __global__ void __launch_bounds__(kListThreads)
   if (lane == 0) warp_count[warp] = mine;
   __syncthreads();
   int count = 0, total = 0;  // listed blocks in the warps before this one, and in all
-  for (int w = 0; w < kListThreads / 32; ++w) {
+  for (int w = 0; w < warps; ++w) {
     count += w < warp ? warp_count[w] : 0;
     total += warp_count[w];
   }
@@ -371,7 +459,22 @@ bool select_blocks(const PagedKv& kv, const TreeQueries& tq, const SelectParams&
   quest_score_kernel<D><<<score_grid, kScoreThreads, 0, st>>>(q, MIN, MAX, kv.block_table, kv.kv_heads, tq.q_heads, \
                                                               s.selectors, s.stride, s.nblocks, sp.sink_blocks,     \
                                                               s.first_forced, scores)
-  if (sp.head_dim == 128) {
+  // SPECULA_SELECT_SCORE=staged keeps bf16 metadata on the staged kernel (A/B against the rows kernel).
+  // Read every call, so that a test can compare the two kernels in one process.
+  const char* score_env = std::getenv("SPECULA_SELECT_SCORE");
+  const bool force_staged = score_env && std::string(score_env) == "staged";
+  if (!f32_meta && !force_staged && s.selectors <= kRowsMaxSelectors) {
+    const dim3 rows_grid((s.nblocks + kRowThreads - 1) / kRowThreads, kv.kv_heads);
+    if (sp.head_dim == 128) {
+      quest_score_rows_kernel<128><<<rows_grid, kRowThreads, 0, st>>>(q, bmin, bmax, kv.block_table, kv.kv_heads,
+                                                                      tq.q_heads, s.selectors, s.stride, s.nblocks,
+                                                                      sp.sink_blocks, s.first_forced, scores);
+    } else {
+      quest_score_rows_kernel<64><<<rows_grid, kRowThreads, 0, st>>>(q, bmin, bmax, kv.block_table, kv.kv_heads,
+                                                                     tq.q_heads, s.selectors, s.stride, s.nblocks,
+                                                                     sp.sink_blocks, s.first_forced, scores);
+    }
+  } else if (sp.head_dim == 128) {
     if (f32_meta)
       SPECULA_SCORE(128, sp.block_min_f32, sp.block_max_f32);
     else
@@ -387,13 +490,27 @@ bool select_blocks(const PagedKv& kv, const TreeQueries& tq, const SelectParams&
   if (key_bytes > 48 * 1024) {
     cudaFuncSetAttribute(top_k_select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(key_bytes));
   }
-  top_k_select_kernel<<<s.selectors * kv.kv_heads, kSelectThreads, key_bytes, st>>>(scores, s.nblocks, s.take, chosen);
+  // 8 segments of 256 threads left 124 SMs idle and each warp a long serial walk over 512 keys
+  // (14.4 us at 64K, ~24K active cycles a CTA at ~10 cycles an instruction: latency, not atomics).
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  const int segments = s.selectors * kv.kv_heads;
+  const int select_threads = segments < sms ? kSelectThreadsWide : kSelectThreads;
+  DirectLists direct;
+  if (s.stride == s.group_size) {
+    direct = {lists->blocks, lists->members, lists->counts, s.max_blocks, kv.kv_heads, tq.nodes, s.group_size};
+  }
+  launch_pdl(top_k_select_kernel, dim3(segments), dim3(select_threads), key_bytes, st, scores, s.nblocks, s.take,
+             chosen, direct);
   if (mask_bytes > 48 * 1024) {
     cudaFuncSetAttribute(build_lists_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(mask_bytes));
   }
-  build_lists_kernel<<<dim3(s.groups, kv.kv_heads), kListThreads, mask_bytes, st>>>(
-      chosen, kv.kv_heads, tq.nodes, s.nblocks, s.take, s.stride, s.group_size, s.max_blocks, lists->blocks,
-      lists->members, lists->counts);
+  const int list_threads = s.groups * kv.kv_heads < sms ? kListThreadsWide : kListThreads;
+  if (!direct.blocks) {
+    launch_pdl(build_lists_kernel, dim3(s.groups, kv.kv_heads), dim3(list_threads), mask_bytes, st, chosen, kv.kv_heads,
+               tq.nodes, s.nblocks, s.take, s.stride, s.group_size, s.max_blocks, lists->blocks, lists->members,
+               lists->counts);
+  }
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return fail(std::string("launch failed: ") + cudaGetErrorString(err));
   return true;

@@ -3,9 +3,13 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
 #include <set>
 
 #include "kernels/cuda/attention.h"
@@ -135,10 +139,22 @@ std::vector<std::set<int>> node_sets(const Problem& p, const BlockLists& L, cons
 
 // f32_meta: the scoring reads f32 copies of the block min/max (SelectParams::block_min_f32, the
 // model backend's layout) instead of the bf16 ones: the same values, so the same reference.
-void check_sparse_mode(QueryMode mode, int nodes, int prefix, std::mt19937_64& rng, bool f32_meta = false) {
+// ties: the scored blocks' metadata repeats every 3 blocks, so most scores tie and the top-k must
+// take the lower block ids among equal scores (the metadata no longer bounds K; the selection and
+// the attention over the chosen blocks are still checked).
+void check_sparse_mode(QueryMode mode, int nodes, int prefix, std::mt19937_64& rng, bool f32_meta = false,
+                       bool ties = false) {
   SCOPED_TRACE(std::string("mode ") + query_mode_name(mode) + " nodes " + std::to_string(nodes) +
-               (f32_meta ? " f32 metadata" : ""));
-  const Problem p = testing::make_problem(rng, 2, 8, nodes, prefix);
+               (f32_meta ? " f32 metadata" : "") + (ties ? " tied scores" : ""));
+  Problem p = testing::make_problem(rng, 2, 8, nodes, prefix);
+  if (ties) {
+    const size_t row = size_t(p.kv_heads) * kAttnHeadDim;  // one physical block's [Hk][D] metadata
+    for (int b = 4; b < prefix / 16; ++b) {
+      const size_t to = p.block_table[b] * row, from = p.block_table[1 + b % 3] * row;
+      std::copy_n(p.bmin.begin() + from, row, p.bmin.begin() + to);
+      std::copy_n(p.bmax.begin() + from, row, p.bmax.begin() + to);
+    }
+  }
   DeviceProblem dp(p);
   std::vector<float> min_f32(p.bmin.size()), max_f32(p.bmax.size());
   for (size_t i = 0; i < p.bmin.size(); ++i) {
@@ -166,6 +182,29 @@ void check_sparse_mode(QueryMode mode, int nodes, int prefix, std::mt19937_64& r
   DeviceBuffer<unsigned char> sws(select_workspace_bytes(dp.tq, p.kv_heads, sp));
   std::string error;
   ASSERT_TRUE(select_blocks(dp.kv, dp.tq, sp, &lists, sws.ptr, sws.n, scores.ptr, nullptr, &error)) << error;
+  if (!f32_meta) {
+    // bf16 metadata goes to the row-per-thread scoring kernel; the staged kernel (the f32 path)
+    // must give the same scores to the bit, and so the same lists.
+    DeviceBuffer<int32_t> blocks2(blocks.n), counts2(counts.n);
+    DeviceBuffer<uint64_t> members2(members.n);
+    DeviceBuffer<float> scores2(scores.n);
+    BlockLists lists2{blocks2.ptr, members2.ptr, counts2.ptr, 0, 0, 0};
+    setenv("SPECULA_SELECT_SCORE", "staged", 1);
+    const bool ok = select_blocks(dp.kv, dp.tq, sp, &lists2, sws.ptr, sws.n, scores2.ptr, nullptr, &error);
+    unsetenv("SPECULA_SELECT_SCORE");
+    ASSERT_TRUE(ok) << error;
+    const auto a = scores.to_host(), b = scores2.to_host();
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "staged and row scores differ";
+    const auto c1 = counts.to_host(), c2 = counts2.to_host();
+    const auto b1 = blocks.to_host(), b2 = blocks2.to_host();
+    const auto m1 = members.to_host(), m2 = members2.to_host();
+    ASSERT_EQ(c1, c2);
+    for (size_t list = 0; list < c1.size(); ++list) {  // entries past a list's count are never written
+      const size_t at = list * lists.max_blocks;
+      EXPECT_TRUE(std::equal(b1.begin() + at, b1.begin() + at + c1[list], b2.begin() + at)) << "list " << list;
+      EXPECT_TRUE(std::equal(m1.begin() + at, m1.begin() + at + c1[list], m2.begin() + at)) << "list " << list;
+    }
+  }
   DeviceBuffer<unsigned char> aws(attention_workspace_bytes(dp.tq, p.kv_heads, groups, gs, max_blocks));
   ASSERT_TRUE(tree_attention_sparse(dp.kv, dp.tq, lists, dp.out.ptr, aws.ptr, aws.n, nullptr, &error)) << error;
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -203,6 +242,12 @@ void check_sparse_mode(QueryMode mode, int nodes, int prefix, std::mt19937_64& r
       const auto& set = sets[h][n];
       ASSERT_EQ(static_cast<int>(set.size()), take) << "node " << n << " kvh " << h;
       const int sel_node = (n / stride) * stride;
+      // Exactly the `take` best of the GPU's own scores, ties to the lower block id.
+      std::vector<int> order(p.nblocks);
+      std::iota(order.begin(), order.end(), 0);
+      const float* own = hs.data() + (size_t(n / stride) * p.kv_heads + h) * p.nblocks;
+      std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return own[a] > own[b]; });
+      EXPECT_EQ(set, std::set<int>(order.begin(), order.begin() + take)) << "node " << n << " kvh " << h;
       double worst_in = INFINITY, best_out = -INFINITY;
       for (int b = 0; b < p.nblocks; ++b) {
         if (forced(b)) {
@@ -240,6 +285,10 @@ TEST(CudaSparseAttention, EveryQueryModeMatchesReference) {
   check_sparse_mode(QueryMode::kGroupUnion, 3, 40, rng);  // fewer blocks than top-k
   check_sparse_mode(QueryMode::kFirstQuery, 9, 3000, rng, true);
   check_sparse_mode(QueryMode::kGroupUnion, 40, 2100, rng, true);
+  for (QueryMode mode : {QueryMode::kPerQuery, QueryMode::kFirstQuery}) {
+    check_sparse_mode(mode, 8, 5000, rng, false, true);
+    check_sparse_mode(mode, 8, 5000, rng, true, true);
+  }
 }
 
 }  // namespace
