@@ -20,78 +20,106 @@ namespace {
 
 // ---- ngram (prompt lookup) ----------------------------------------------------------------
 
-// Earlier sequences' text, each n-gram (n = 1..n_max) mapped to the tokens that followed it in
-// the same sequence, with counts. A hash index rather than the scan the current sequence gets:
-// the history holds tens of thousands of tokens and is asked once a draft node and suffix length.
-class NgramHistory {
+using FollowerCounts = std::vector<std::pair<int32_t, int>>;  // (token, occurrences)
+
+void count_follower(FollowerCounts& counts, int32_t token) {
+  const auto at = std::find_if(counts.begin(), counts.end(), [&](const auto& e) { return e.first == token; });
+  if (at == counts.end()) {
+    counts.emplace_back(token, 1);
+  } else {
+    ++at->second;
+  }
+}
+
+// Where each n-gram (n = 1..n_max) of a text occurred, by the position of the token that followed
+// it. The text is a series of segments (requests); a gram and its follower never straddle two.
+// A lookup is a hash probe plus a check of each candidate's tokens, so a hash collision costs a
+// comparison, not a wrong draft. Why not a scan of the text per lookup, as before: at a
+// 769-token prompt that took 121 us a draft on the H100 machine's host, a fifth of a GPU decode
+// step (bench/results/cuda_graph_reuse_s10_h100_2026-11-24.txt).
+class NgramIndex {
  public:
-  using Followers = std::vector<std::pair<int32_t, int>>;  // (token, count)
+  explicit NgramIndex(int n_max) : n_max_(n_max) {}
 
-  NgramHistory(int n_max, int capacity) : n_max_(n_max), capacity_(capacity) {}
-
-  void add(std::span<const int32_t> text) {
-    if (capacity_ <= 0 || text.size() < 2) return;
-    segments_.emplace_back(text.begin(), text.end());
-    if (segments_.back().size() > static_cast<size_t>(capacity_)) {
-      segments_.back().erase(segments_.back().begin(), segments_.back().end() - capacity_);
-    }
-    tokens_ += segments_.back().size();
-    bool evicted = false;
-    while (tokens_ > static_cast<size_t>(capacity_)) {
-      tokens_ -= segments_.front().size();
-      segments_.pop_front();
-      evicted = true;
-    }
-    if (evicted) {
-      index_.clear();
-      for (const auto& segment : segments_) index(segment);
-    } else {
-      index(segments_.back());
-    }
+  std::span<const int32_t> text() const { return text_; }
+  void clear() {
+    text_.clear();
+    followers_.clear();
+    segment_start_ = 0;
   }
-
-  // The followers of `gram` (1..n_max tokens), or nullptr when it never occurred.
-  const Followers* find(std::span<const int32_t> gram) const {
-    key_.assign(gram.begin(), gram.end());
-    const auto it = index_.find(key_);
-    return it == index_.end() ? nullptr : &it->second;
-  }
-
- private:
-  struct GramHash {
-    size_t operator()(const std::vector<int32_t>& gram) const {
-      uint64_t h = 1469598103934665603ull;  // FNV-1a over the ids
-      for (int32_t t : gram) h = (h ^ static_cast<uint32_t>(t)) * 1099511628211ull;
-      return static_cast<size_t>(h);
-    }
-  };
-
-  void index(const std::vector<int32_t>& text) {
-    for (size_t end = 1; end < text.size(); ++end) {  // grams ending before text[end]
-      for (int n = 1; n <= n_max_ && static_cast<size_t>(n) <= end; ++n) {
-        Followers& f = index_[std::vector<int32_t>(text.begin() + static_cast<std::ptrdiff_t>(end) - n,
-                                                   text.begin() + static_cast<std::ptrdiff_t>(end))];
-        const auto at = std::find_if(f.begin(), f.end(), [&](const auto& e) { return e.first == text[end]; });
-        if (at == f.end()) {
-          f.emplace_back(text[end], 1);
-        } else {
-          ++at->second;
-        }
+  void start_segment() { segment_start_ = text_.size(); }
+  // Appends to the current segment, indexing every gram that ends before a new token.
+  void append(std::span<const int32_t> tokens) {
+    for (int32_t token : tokens) {
+      const size_t j = text_.size();
+      text_.push_back(token);
+      for (int n = 1; n <= n_max_ && j >= segment_start_ + static_cast<size_t>(n); ++n) {
+        followers_[key(std::span(text_).subspan(j - n, static_cast<size_t>(n)))].push_back(static_cast<uint32_t>(j));
       }
     }
   }
+  // Counts the tokens that followed an occurrence of `gram` (1..n_max tokens).
+  void add_followers(std::span<const int32_t> gram, FollowerCounts& counts) const {
+    const auto it = followers_.find(key(gram));
+    if (it == followers_.end()) return;
+    for (uint32_t j : it->second) {
+      if (std::equal(gram.begin(), gram.end(), text_.begin() + (j - gram.size()))) count_follower(counts, text_[j]);
+    }
+  }
 
-  int n_max_, capacity_;
+ private:
+  static uint64_t key(std::span<const int32_t> gram) {
+    uint64_t h = 1469598103934665603ull ^ gram.size();  // FNV-1a over the length and the ids
+    for (int32_t t : gram) h = (h ^ static_cast<uint32_t>(t)) * 1099511628211ull;
+    return h;
+  }
+
+  int n_max_;
+  std::vector<int32_t> text_;
+  size_t segment_start_ = 0;
+  std::unordered_map<uint64_t, std::vector<uint32_t>> followers_;  // gram key -> follower positions
+};
+
+// Earlier sequences' text (NgramOptions::history_tokens), the oldest dropped first.
+class NgramHistory {
+ public:
+  NgramHistory(int n_max, int capacity) : capacity_(capacity), index_(n_max) {}
+
+  void add(std::span<const int32_t> text) {
+    if (capacity_ <= 0 || text.size() < 2) return;
+    if (text.size() > static_cast<size_t>(capacity_)) text = text.subspan(text.size() - capacity_);
+    segments_.emplace_back(text.begin(), text.end());
+    tokens_ += text.size();
+    if (tokens_ <= static_cast<size_t>(capacity_)) {
+      index_.start_segment();
+      index_.append(text);
+      return;
+    }
+    while (tokens_ > static_cast<size_t>(capacity_)) {
+      tokens_ -= segments_.front().size();
+      segments_.pop_front();
+    }
+    index_.clear();
+    for (const auto& segment : segments_) {
+      index_.start_segment();
+      index_.append(segment);
+    }
+  }
+  void add_followers(std::span<const int32_t> gram, FollowerCounts& counts) const {
+    index_.add_followers(gram, counts);
+  }
+
+ private:
+  int capacity_;
   std::deque<std::vector<int32_t>> segments_;
   size_t tokens_ = 0;
-  std::unordered_map<std::vector<int32_t>, Followers, GramHash> index_;
-  mutable std::vector<int32_t> key_;
+  NgramIndex index_;
 };
 
 class NgramDrafter final : public Drafter {
  public:
   explicit NgramDrafter(const NgramOptions& options)
-      : options_(options), history_(options.n_max, options.history_tokens) {}
+      : options_(options), sequence_(options.n_max), history_(options.n_max, options.history_tokens) {}
 
   std::string name() const override {
     std::string name = "ngram:n=" + std::to_string(options_.n_max);
@@ -115,6 +143,13 @@ class NgramDrafter final : public Drafter {
       if (last_.empty()) prompt_length_ = sequence.size() > 0 ? sequence.size() - 1 : 0;
       last_.assign(sequence.begin(), sequence.end());
     }
+    // The index follows the sequence as it grows by rounds; a sequence that does not extend it
+    // (a new request, a rollback) is indexed anew.
+    const auto indexed = sequence_.text();
+    if (indexed.size() > sequence.size() || !std::equal(indexed.begin(), indexed.end(), sequence.begin())) {
+      sequence_.clear();
+    }
+    sequence_.append(sequence.subspan(sequence_.text().size()));
     std::vector<int32_t> context(sequence.begin(), sequence.end());
     const auto base = context.size();
     // With min_confidence: the estimated chance that each drafted path is accepted whole, by
@@ -161,10 +196,12 @@ class NgramDrafter final : public Drafter {
   // The tokens that followed earlier occurrences of the longest matching suffix, as a
   // distribution over their counts, and that suffix's length. All zeros (one entry) and length 0
   // when no suffix of n_min.. tokens recurs. The sequence itself first, then the history.
+  // context = the indexed sequence + the draft path so far.
   DraftDistribution continuations(std::span<const int32_t> context, int& match_length) const {
     match_length = 0;
     const auto len = static_cast<int64_t>(context.size());
-    const auto distribution = [](const std::vector<std::pair<int32_t, int>>& counts) {
+    const auto indexed = static_cast<int64_t>(sequence_.text().size());
+    const auto distribution = [](const FollowerCounts& counts) {
       int32_t top = 0;
       int total = 0;
       for (const auto& [t, c] : counts) top = std::max(top, t), total += c;
@@ -173,17 +210,16 @@ class NgramDrafter final : public Drafter {
       for (const auto& [t, c] : counts) q[static_cast<size_t>(t)] = static_cast<float>(c) / static_cast<float>(total);
       return q;
     };
+    FollowerCounts counts;
     for (int64_t n = std::min<int64_t>(options_.n_max, len - 1); n >= std::max(1, options_.n_min); --n) {
       const auto suffix = context.subspan(static_cast<size_t>(len - n));
-      std::vector<std::pair<int32_t, int>> counts;
-      for (int64_t i = 0; i + n < len; ++i) {  // occurrence context[i, i+n) followed by context[i+n]
-        if (!std::equal(suffix.begin(), suffix.end(), context.begin() + i)) continue;
-        const int32_t t = context[static_cast<size_t>(i + n)];
-        const auto at = std::find_if(counts.begin(), counts.end(), [&](const auto& e) { return e.first == t; });
-        if (at == counts.end()) {
-          counts.emplace_back(t, 1);
-        } else {
-          ++at->second;
+      counts.clear();
+      // Followers inside the sequence from the index; those inside the draft path (the last
+      // few tokens) by comparison. The suffix's own position (follower len) is never counted.
+      sequence_.add_followers(suffix, counts);
+      for (int64_t j = std::max<int64_t>(n, indexed); j < len; ++j) {
+        if (std::equal(suffix.begin(), suffix.end(), context.begin() + (j - n))) {
+          count_follower(counts, context[static_cast<size_t>(j)]);
         }
       }
       if (counts.empty()) continue;
@@ -192,10 +228,11 @@ class NgramDrafter final : public Drafter {
     }
     if (options_.history_tokens > 0) {
       for (int64_t n = std::min<int64_t>(options_.n_max, len); n >= std::max(1, options_.n_min); --n) {
-        if (const auto* followers = history_.find(context.subspan(static_cast<size_t>(len - n)))) {
-          match_length = static_cast<int>(n);
-          return distribution(*followers);
-        }
+        counts.clear();
+        history_.add_followers(context.subspan(static_cast<size_t>(len - n)), counts);
+        if (counts.empty()) continue;
+        match_length = static_cast<int>(n);
+        return distribution(counts);
       }
     }
     return DraftDistribution(1, 0.0f);
@@ -203,6 +240,7 @@ class NgramDrafter final : public Drafter {
 
   NgramOptions options_;
   DrafterStats stats_;
+  NgramIndex sequence_;  // the sequence of the last draft()
   NgramHistory history_;
   std::vector<int32_t> last_;  // the sequence of the last draft() (history_tokens > 0 only)
   size_t prompt_length_ = 0;   // its prompt's length: the first draft() of a sequence less its one generated token

@@ -7,9 +7,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <random>
 
 #include "engine/backend/cuda_backend.h"
 #include "engine/backend/transformer_backend.h"
@@ -90,6 +92,36 @@ TEST(NgramDrafter, NoMatchMeansNoTreeAndMaxLengthCaps) {
   ASSERT_TRUE(tree.ok());
   EXPECT_EQ(tree->size(), 2);
   EXPECT_EQ(tree->path_tokens(1), (std::vector<int32_t>{3, 4}));
+}
+
+// The drafter's n-gram index against a scan of the whole sequence, on random 5-token texts that
+// grow by rounds, with a new unrelated sequence now and then (the index starts over).
+TEST(NgramDrafter, IndexFindsWhatAScanFinds) {
+  std::mt19937 rng(std::random_device{}());
+  auto d = make_ngram_drafter({3, 1, 0});
+  std::vector<int32_t> seq;
+  for (int round = 0; round < 400; ++round) {
+    if (round % 100 == 0) seq.clear();
+    const int grow = 1 + static_cast<int>(rng() % 4);
+    for (int i = 0; i < grow; ++i) seq.push_back(static_cast<int32_t>(rng() % 5));
+    // The scan: followers of the longest suffix (3..1 tokens) that occurred before.
+    std::map<int32_t, int> want;
+    for (int n = std::min<int>(3, static_cast<int>(seq.size()) - 1); n >= 1 && want.empty(); --n) {
+      for (size_t i = 0; i + n < seq.size(); ++i) {
+        if (std::equal(seq.end() - n, seq.end(), seq.begin() + static_cast<std::ptrdiff_t>(i))) ++want[seq[i + n]];
+      }
+    }
+    auto tree = d->draft(seq, request("static:5"));
+    ASSERT_TRUE(tree.ok()) << tree.error().message;
+    int total = 0;
+    for (const auto& [t, c] : want) total += c;
+    ASSERT_EQ(tree->size(), static_cast<int>(want.size())) << "round " << round;
+    for (DraftNodeId id = 0; id < tree->size(); ++id) {
+      const auto& node = tree->node(id);
+      ASSERT_TRUE(want.count(node.token)) << "round " << round << " token " << node.token;
+      EXPECT_FLOAT_EQ(node.draft_prob, static_cast<float>(want[node.token]) / static_cast<float>(total));
+    }
+  }
 }
 
 TEST(NgramDrafter, HistoryAnswersWhatTheSequenceNeverSaw) {
