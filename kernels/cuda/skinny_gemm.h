@@ -30,6 +30,11 @@ inline bool skinny_gemm_pays(int64_t N, int64_t K, int64_t T) {
 bool skinny_gemm(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld_x, int64_t T, float* Y,
                  int64_t ldy, bool accumulate, cudaStream_t stream);
 
+// Output columns per warp of the multi-row kernel (2..16 rows; 1, 2 or 4, at most 2 for the
+// SwiGLU fusion): 0 (the default) chooses by shape, -1 keeps every row count on the register
+// kernel (X through L1). For tests and benchmarks; not thread-safe.
+void set_skinny_outputs_per_warp(int outputs);
+
 // The decode step's fusions (same constraints, plus a 16-byte aligned gamma (K) f32):
 // Y(T, N) = rmsnorm(X) · Wᵀ, rmsnorm(x)[k] = x[k] · gamma[k] / sqrt(mean_k(x²) + eps).
 // Replaces an RMSNorm kernel and the GEMM after it.
@@ -42,8 +47,8 @@ bool skinny_gemm_norm_swiglu(const bf16_bits* W, int64_t ffn, int64_t K, const f
                              const float* gamma, float eps, float* Y, int64_t ldy, cudaStream_t stream);
 
 // The same product on tensor cores for 1..16 rows: X split into bf16 hi + lo halves (see
-// f32_to_bf16_split), so the products match f32 X to ~1e-5; W is read once whatever T is. Needs N and K multiples of 16, a 32-byte aligned W, 16-byte aligned
-// X rows; returns false (launching nothing) otherwise.
+// f32_to_bf16_split), so the products match f32 X to ~1e-5; W is read once whatever T is. Needs N and K multiples of
+// 16, a 32-byte aligned W, 16-byte aligned X rows; returns false (launching nothing) otherwise.
 inline constexpr int64_t kSkinnyTcMaxRows = 16;
 bool skinny_gemm_tc(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld_x, int64_t T, float* Y,
                     int64_t ldy, bool accumulate, cudaStream_t stream);
