@@ -95,6 +95,14 @@ __global__ void __launch_bounds__(kWarps * 32, TC > 1 ? 2 : 0)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
   if (n >= N) return;
+  // Row group g (blockIdx.y) takes rows [g·TC, g·TC + TC) of the T: launch()'s split of more
+  // rows than TC over the blocks of one launch.
+  if (TC > 1 && blockIdx.y > 0) {
+    const int first = static_cast<int>(blockIdx.y) * TC;
+    X += first * ld_x;
+    Y += first * ldy;
+    T -= first;
+  }
   float acc[kRows][TC];
   float sumsq[kNormed ? TC : 1];
 #pragma unroll
@@ -438,6 +446,7 @@ template <Fuse F, int TC>
 void launch(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld_x, int T, float* Y, int64_t ldy,
             bool accumulate, const float* gamma, float eps, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>((N + kWarps - 1) / kWarps);
+  const unsigned groups = static_cast<unsigned>((T + TC - 1) / TC);  // row groups (skinny_kernel)
   if constexpr (TC == 1) {
     // 8 steps where they take the whole row (1024 < K <= 2048), 4 up to 1024, and 1 past 2048: on
     // long rows (Llama-8B's 4096 and 14336) the prefetched weights, gammas and activations cost
@@ -458,8 +467,29 @@ void launch(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld
   // 2 steps for 16 rows of the SwiGLU warps' two weight rows and for 32 rows, or their
   // accumulators spill under the 128 registers of two blocks an SM.
   constexpr int kSteps = (TC >= 16 && F == Fuse::kNormSwiGlu) || TC >= 32 ? 2 : 4;
-  launch_pdl(skinny_kernel<TC, F, kSteps>, dim3(blocks), dim3(kWarps * 32), 0, stream, W, N, K, X, ld_x, T, Y, ldy,
-             accumulate, gamma, eps);
+  launch_pdl(skinny_kernel<TC, F, kSteps>, dim3(blocks, groups), dim3(kWarps * 32), 0, stream, W, N, K, X, ld_x, T, Y,
+             ldy, accumulate, gamma, eps);
+}
+
+// 0: row groups chosen by row count (register_row_group); -1 none; else forced (4, 8).
+int g_row_group = 0;
+
+// Rows per block of the register kernel, 0 for all of them in one block. Past 4 rows each step's
+// X loads come in more batches (4 rows each at 16, for the registers), one L1/L2 round trip each,
+// and SmolLM2's small matrices fill a fraction of the SMs (72-192 blocks of 8 columns on 132):
+// row groups in one launch run side by side, each weight row read once a group (the repeats from
+// L2) with a shorter chain each. Measured (bench_skinny_gemm, us, all rows / groups of 4 / of 8):
+// down (72 blocks) at 8 rows 8.0 / 4.6 / 8.1, 16 rows 14.9 / 7.4 / 8.3; qkv (120) at 8 rows with
+// RMSNorm 6.1 / 3.7 / 6.0, 16 rows 10.3 / 6.7 / 6.1; gate_up + SwiGLU (192) at 8 rows
+// 7.3 / 8.0 / 7.2, 12 rows 11.9 / 10.6 / 12.4 (bench/results/cuda_verify_rows_s10_h100_2026-11-24.json).
+// Grids past 288 blocks (over a wave at two blocks an SM: Llama-8B's matrices) are not split.
+int register_row_group(int rows, int64_t blocks) {
+  if (g_row_group < 0) return 0;
+  if (g_row_group > 0) return rows > g_row_group ? g_row_group : 0;
+  if (rows <= 4 || blocks > 288) return 0;
+  if (rows <= 8) return blocks <= 144 ? 4 : 0;
+  if (blocks * ((rows + 3) / 4) <= 288) return 4;
+  return blocks <= 144 ? 8 : 4;
 }
 
 template <Fuse F>
@@ -498,7 +528,11 @@ bool run(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld_x,
       }
       if (launched) continue;
     }
-    if (rows == 1) {
+    if (const int group = register_row_group(rows, (N + kWarps - 1) / kWarps); group == 8) {
+      launch<F, 8>(W, N, K, x, ld_x, rows, y, ldy, accumulate, gamma, eps, stream);
+    } else if (group == 4) {
+      launch<F, 4>(W, N, K, x, ld_x, rows, y, ldy, accumulate, gamma, eps, stream);
+    } else if (rows == 1) {
       launch<F, 1>(W, N, K, x, ld_x, rows, y, ldy, accumulate, gamma, eps, stream);
     } else if (rows == 2) {
       launch<F, 2>(W, N, K, x, ld_x, rows, y, ldy, accumulate, gamma, eps, stream);
@@ -697,6 +731,7 @@ __global__ void f32_to_bf16_kernel(const float* __restrict__ in, int64_t n, bf16
 }  // namespace
 
 void set_skinny_outputs_per_warp(int outputs) { g_outputs_per_warp = outputs; }
+void set_skinny_row_group(int rows) { g_row_group = rows; }
 
 bool skinny_gemm(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld_x, int64_t T, float* Y,
                  int64_t ldy, bool accumulate, cudaStream_t stream) {

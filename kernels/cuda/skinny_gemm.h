@@ -34,6 +34,9 @@ bool skinny_gemm(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64
 // SwiGLU fusion): 0 (the default) chooses by shape, -1 keeps every row count on the register
 // kernel (X through L1). For tests and benchmarks; not thread-safe.
 void set_skinny_outputs_per_warp(int outputs);
+// Rows per block of the register kernel (4 or 8; -1 all rows in one block; 0, the default, by
+// row count). For tests and benchmarks; not thread-safe.
+void set_skinny_row_group(int rows);
 
 // The decode step's fusions (same constraints, plus a 16-byte aligned gamma (K) f32):
 // Y(T, N) = rmsnorm(X) · Wᵀ, rmsnorm(x)[k] = x[k] · gamma[k] / sqrt(mean_k(x²) + eps).

@@ -177,8 +177,9 @@ TEST_F(SkinnyGemmTest, NormAndSwiGluFusionsMatchTheSeparateSteps) {
 
 // A verify row must be bit-identical to the decode step of the same token (the GPU fidelity
 // invariant: greedy speculative output == plain greedy): every row t of a T-row product, for
-// T = 2..16, each fusion and each choice of multi-row kernel (-1 the register kernel, 0 by shape,
-// 1 / 2 / 4 the staged kernel's outputs per warp), equals the one-row kernel on that row alone,
+// T = 2..16, each fusion and each choice of multi-row kernel (the register kernel with all rows
+// in one block or in groups of 4 or 8, the choice by shape, the staged kernel at 1 / 2 / 4 outputs
+// a warp), equals the one-row kernel on that row alone,
 // bit for bit. N 1003 is no multiple of a block's columns, 8456 wide enough for the staged
 // kernel by shape; K 576 is SmolLM2's hidden size (its last step covers lanes 0..7 only), 1544
 // like its down projection's, 4160 too long for the staged X (the register kernel).
@@ -222,8 +223,10 @@ TEST_F(SkinnyGemmTest, MultiRowKernelsMatchTheOneRowKernelBitForBit) {
         product(kind, t, 1, &row);
         std::copy(row.begin(), row.end(), single.begin() + t * N);
       }
-      for (int outputs : {-1, 0, 1, 2, 4}) {
+      // (staged outputs per warp, register kernel's row group)
+      for (const auto& [outputs, group] : {std::pair{-1, -1}, {-1, 4}, {-1, 8}, {0, 0}, {1, 0}, {2, 0}, {4, 0}}) {
         set_skinny_outputs_per_warp(outputs);
+        set_skinny_row_group(group);
         for (int64_t T = 2; T <= max_T; ++T) {
           std::vector<float> multi;
           product(kind, 0, T, &multi);
@@ -235,10 +238,11 @@ TEST_F(SkinnyGemmTest, MultiRowKernelsMatchTheOneRowKernelBitForBit) {
             differ += a != b;
           }
           EXPECT_EQ(differ, 0) << "kind " << kind << " N " << N << " K " << K << " T " << T << " outputs/warp "
-                               << outputs;
+                               << outputs << " row group " << group;
         }
       }
       set_skinny_outputs_per_warp(0);
+      set_skinny_row_group(0);
     }
     cudaFree(dw);
     cudaFree(dx);
