@@ -6,6 +6,15 @@
 // reads X once per weight element and row from L1, so above a few rows cuBLAS's tiled GEMM wins:
 // skinny_gemm_pays() says where. X stays f32, as the CPU's: rounding a projection's input to
 // bf16 cost up to 3e-2 relative L2 in SmolLM2's logits (docs/correctness.md).
+// 2026-11-24 (session 10), verify rows: the f32 kernels' arithmetic is pinned (round-to-nearest
+// intrinsics in the old order), so a verify row equals the one-row decode kernel bit for bit by
+// construction — left to the compiler, the one-row RMSNorm kernel's PTX summed x² in two orders
+// in two steps. Past 4 rows the register kernel splits the rows into groups of 4 or 8, one block
+// each, in one launch on SmolLM2's small grids, and the lm_head takes a kernel with X staged in
+// shared memory and 4 outputs a warp. SmolLM2 greedy verify of 5 / 8 / 11 / 16 rows went
+// 0.89 / 1.20 / 1.87 / 2.07 → 0.82 / 0.90 / 1.14 / 1.35 ms (decode step 0.41 ms, unchanged;
+// bench/results/cuda_verify_rows_s10_h100_2026-11-24.json). Staging X for the layers' small
+// matrices lost at every row count (their time is the latency chain of X loads, not L1 traffic).
 #include <cstdint>
 
 typedef struct CUstream_st* cudaStream_t;
