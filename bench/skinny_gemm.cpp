@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
   int iterations = 50;
   std::vector<int64_t> rows = {1, 2, 4, 8, 12, 16, 32, 64};
   std::string only_model;
+  int outputs_per_warp = 0, row_group = 0;
   CLI::App app{"bench_skinny_gemm: decode/verify projections, skinny kernel vs cuBLAS bf16 GEMM"};
   app.add_option("--commit", commit);
   app.add_option("--out", out_path);
@@ -51,8 +52,15 @@ int main(int argc, char** argv) {
   app.add_option("--rows", rows, "row counts T to time (default 1 2 4 8 12 16 32 64)")
       ->check(CLI::Range(int64_t{1}, specula::cuda::kSkinnyMaxRows));
   app.add_option("--model", only_model, "only the shapes whose model name starts with this (e.g. SmolLM2)");
+  app.add_option("--outputs-per-warp", outputs_per_warp,
+                 "multi-row kernel's output columns per warp (1, 2, 4; 0: chosen by shape; -1: no staged X)")
+      ->check(CLI::IsMember({-1, 0, 1, 2, 4}));
+  app.add_option("--row-group", row_group, "register kernel's rows per block (4, 8; -1: all; 0: chosen by rows)")
+      ->check(CLI::IsMember({-1, 0, 4, 8}));
   CLI11_PARSE(app, argc, argv);
   using namespace specula;
+  cuda::set_skinny_outputs_per_warp(outputs_per_warp);
+  cuda::set_skinny_row_group(row_group);
   if (cuda::device_count() == 0) {
     std::fprintf(stderr, "bench_skinny_gemm: skipped: no GPU (%s)\n", cuda::no_device_reason().c_str());
     return 0;
@@ -165,6 +173,8 @@ int main(int argc, char** argv) {
       {"host", bench::host_info()},
       {"commit", commit},
       {"command", bench::command_line(argc, argv)},
+      {"outputs_per_warp", outputs_per_warp},
+      {"row_group", row_group},
       {"weights", "random bf16 (timing only: synthetic)"},
       {"bytes_counted", "weights once (N*K*2) + X (T*K*4) + Y (T*N*4)"},
       {"copy_bandwidth_GBps", copy.bytes_per_s / 1e9},

@@ -10,9 +10,54 @@ namespace {
 
 constexpr int kWarps = 8;  // one output row per warp, 8 rows per block
 
+// The f32 kernels' arithmetic is spelled out with round-to-nearest intrinsics, each operation
+// and fused multiply-add written down: left to the compiler, `a*b + c*d` may become
+// fma(a, b, c*d) or fma(c, d, a*b), and it chose differently from one unrolled step to the next
+// and between kernels (the one-row RMSNorm kernel's PTX had both orders of x² for its first two
+// steps; the staged kernel's normed rows came out different from it). Pinned, a row's result
+// depends only on its values and the lane/step order, whichever kernel computes it: a verify row
+// is bit-identical to the decode step's one-row kernel by construction.
 __device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  for (int o = 16; o > 0; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
+}
+
+// w · (a, b) over one step's 8 k, left to right: ((w0·a.x + w1·a.y) + w2·a.z) + …
+__device__ __forceinline__ float dot8(const float (&w)[8], float4 a, float4 b) {
+  float e = __fmul_rn(w[0], a.x);
+  e = __fmaf_rn(w[1], a.y, e);
+  e = __fmaf_rn(w[2], a.z, e);
+  e = __fmaf_rn(w[3], a.w, e);
+  e = __fmaf_rn(w[4], b.x, e);
+  e = __fmaf_rn(w[5], b.y, e);
+  e = __fmaf_rn(w[6], b.z, e);
+  return __fmaf_rn(w[7], b.w, e);
+}
+
+// The step's x² sum, in the same order.
+__device__ __forceinline__ float sumsq8(float4 a, float4 b) {
+  float e = __fmul_rn(a.x, a.x);
+  e = __fmaf_rn(a.y, a.y, e);
+  e = __fmaf_rn(a.z, a.z, e);
+  e = __fmaf_rn(a.w, a.w, e);
+  e = __fmaf_rn(b.x, b.x, e);
+  e = __fmaf_rn(b.y, b.y, e);
+  e = __fmaf_rn(b.z, b.z, e);
+  return __fmaf_rn(b.w, b.w, e);
+}
+
+__device__ __forceinline__ float4 scale4(float4 a, float4 g) {
+  return make_float4(__fmul_rn(a.x, g.x), __fmul_rn(a.y, g.y), __fmul_rn(a.z, g.z), __fmul_rn(a.w, g.w));
+}
+
+// A normed row's 1/rms from its lanes' x² sums.
+__device__ __forceinline__ float inv_rms(float sumsq, int64_t K, float eps) {
+  return rsqrtf(__fadd_rn(__fdiv_rn(warp_sum(sumsq), static_cast<float>(K)), eps));
+}
+
+// silu(gate) · up.
+__device__ __forceinline__ float swiglu(float gate, float up) {
+  return __fmul_rn(__fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate))), up);
 }
 
 // A bf16 is the upper half of an f32: the two halves of a 32-bit word, widened exactly.
@@ -50,6 +95,14 @@ __global__ void __launch_bounds__(kWarps * 32, TC > 1 ? 2 : 0)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
   if (n >= N) return;
+  // Row group g (blockIdx.y) takes rows [g·TC, g·TC + TC) of the T: launch()'s split of more
+  // rows than TC over the blocks of one launch.
+  if (TC > 1 && blockIdx.y > 0) {
+    const int first = static_cast<int>(blockIdx.y) * TC;
+    X += first * ld_x;
+    Y += first * ldy;
+    T -= first;
+  }
   float acc[kRows][TC];
   float sumsq[kNormed ? TC : 1];
 #pragma unroll
@@ -97,15 +150,12 @@ __global__ void __launch_bounds__(kWarps * 32, TC > 1 ? 2 : 0)
       w[r][4] = lo_bf16(wv[r].z), w[r][5] = hi_bf16(wv[r].z), w[r][6] = lo_bf16(wv[r].w), w[r][7] = hi_bf16(wv[r].w);
     }
     if constexpr (kNormed) {
-      sumsq[t] += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w + b.x * b.x + b.y * b.y + b.z * b.z + b.w * b.w;
-      a.x *= ga.x, a.y *= ga.y, a.z *= ga.z, a.w *= ga.w;
-      b.x *= gb.x, b.y *= gb.y, b.z *= gb.z, b.w *= gb.w;
+      sumsq[t] = __fadd_rn(sumsq[t], sumsq8(a, b));
+      a = scale4(a, ga);
+      b = scale4(b, gb);
     }
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      acc[r][t] += w[r][0] * a.x + w[r][1] * a.y + w[r][2] * a.z + w[r][3] * a.w + w[r][4] * b.x + w[r][5] * b.y +
-                   w[r][6] * b.z + w[r][7] * b.w;
-    }
+    for (int r = 0; r < kRows; ++r) acc[r][t] = __fadd_rn(acc[r][t], dot8(w[r], a, b));
   };
   // One step of every row: the rows' activations (written by the kernel before: plain loads) are
   // all loaded before the first product, up to kXBatch rows at a time. Rows t >= T re-read row
@@ -189,24 +239,214 @@ __global__ void __launch_bounds__(kWarps * 32, TC > 1 ? 2 : 0)
   for (int t = 0; t < TC; ++t) {
     float s = warp_sum(acc[0][t]);
     if constexpr (kNormed) {
-      const float inv = rsqrtf(warp_sum(sumsq[t]) / static_cast<float>(K) + eps);
-      s *= inv;
-      if constexpr (F == Fuse::kNormSwiGlu) {
-        const float up = warp_sum(acc[kRows - 1][t]) * inv;
-        s = s / (1.0f + expf(-s)) * up;
-      }
+      const float inv = inv_rms(sumsq[t], K, eps);
+      s = __fmul_rn(s, inv);
+      if constexpr (F == Fuse::kNormSwiGlu) s = swiglu(s, __fmul_rn(warp_sum(acc[kRows - 1][t]), inv));
     }
     if (lane == 0 && t < T) {
       float* y = Y + t * ldy + n;
-      *y = accumulate ? (TC == 1 ? y_old : *y) + s : s;
+      *y = accumulate ? __fadd_rn(TC == 1 ? y_old : *y, s) : s;
     }
   }
+}
+
+// The multi-row kernel with X staged in shared memory (2..16 rows, T·K·4 bytes up to
+// kStagedMaxBytes): the block copies X's T rows in once (cp.async, all in flight at once) instead
+// of every warp re-reading them through L1 at every step, and each warp owns kOut output columns
+// (kOut weight rows, 2·kOut for the SwiGLU warps), so each activation it reads serves kOut of
+// them. Each (row t, output n) keeps skinny_kernel's arithmetic exactly: lane l takes k8 = l + 32i
+// in order with the same 8-term expression, the same x² sum and gamma scaling, the same warp_sum
+// and epilogue, so a verify row is bit-identical to the decode step's one-row kernel (tested:
+// skinny_gemm_test's MultiRowKernelsMatchTheOneRowKernelBitForBit).
+// Layout of the stage: row t's k8-th 8 values as two float4 at [(2t + h)·K8 + k8], h = 0, 1, so a
+// warp's 16-byte reads of one half are contiguous (no bank conflicts).
+constexpr int64_t kStagedMaxBytes = 100 * 1024;
+constexpr int kStagedMaxRows = 16;
+
+template <int TC, Fuse F, int kOut>
+__global__ void __launch_bounds__(kWarps * 32, kOut == 1 ? 2 : 1)
+    skinny_staged_kernel(const bf16_bits* __restrict__ W, int64_t N, int64_t K, const float* __restrict__ X,
+                         int64_t ld_x, int T, float* __restrict__ Y, int64_t ldy, bool accumulate,
+                         const float* __restrict__ gamma, float eps) {
+  extern __shared__ float4 xs[];
+  constexpr bool kNormed = F != Fuse::kPlain;
+  constexpr int kPer = F == Fuse::kNormSwiGlu ? 2 : 1;  // weight rows per output column
+  constexpr int kRows = kPer * kOut;                    // weight rows per warp: j = o·kPer + r
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kOut;
+  const int64_t K8 = K / 8;
+  // Columns past N re-read column N - 1 (never written): no warp leaves before the barrier.
+  const uint4* wrow[kRows];
+#pragma unroll
+  for (int o = 0; o < kOut; ++o) {
+    const int64_t n = n0 + o < N ? n0 + o : N - 1;
+#pragma unroll
+    for (int r = 0; r < kPer; ++r) wrow[o * kPer + r] = reinterpret_cast<const uint4*>(W + (n + r * N) * K);
+  }
+  float acc[kRows][TC];
+  float sumsq[kNormed ? TC : 1];
+#pragma unroll
+  for (int t = 0; t < TC; ++t) {
+#pragma unroll
+    for (int j = 0; j < kRows; ++j) acc[j][t] = 0.0f;
+    if constexpr (kNormed) sumsq[t] = 0.0f;
+  }
+  const float4 one = make_float4(1.f, 1.f, 1.f, 1.f);
+  auto load_step = [&](int64_t k8, uint4(&wv)[kRows], float4(&g)[2]) {
+    if (k8 < K8) {
+#pragma unroll
+      for (int j = 0; j < kRows; ++j) wv[j] = __ldg(wrow[j] + k8);
+      if constexpr (kNormed) {
+        const float4* gp = reinterpret_cast<const float4*>(gamma + k8 * 8);
+        g[0] = __ldg(gp), g[1] = __ldg(gp + 1);
+      }
+    }
+  };
+  // The first kPre steps' weights (and gamma) are loaded before waiting for the kernel before
+  // this one (weights are never written): 4 steps of one weight row a warp, as skinny_kernel
+  // (all of K 576 or 1024), fewer as the warp's rows grow. Past them, each step's weights are
+  // loaded one step ahead.
+  constexpr int kPre = kRows >= 4 ? 1 : 4 / kRows;
+  uint4 pre[kPre][kRows];
+  float4 gpre[kPre][2];
+#pragma unroll
+  for (int i = 0; i < kPre; ++i) {
+    gpre[i][0] = one, gpre[i][1] = one;
+    load_step(lane + 32 * i, pre[i], gpre[i]);
+  }
+  pdl_trigger();
+  pdl_wait();
+  // Stage X's rows (written by the kernel before: cp.async goes through L2, not the read-only path).
+  {
+    const int64_t K4 = K / 4;
+    for (int t = 0; t < T; ++t) {
+      for (int64_t c = threadIdx.x; c < K4; c += kWarps * 32) {
+        float4* dst = xs + (2 * t + (c & 1)) * K8 + (c >> 1);
+        const unsigned dst_s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst_s), "l"(X + t * ld_x + c * 4));
+      }
+    }
+    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+  }
+  __syncthreads();
+  // skinny_kernel's accum(), for kRows weight rows.
+  auto accum = [&](int t, const uint4(&wv)[kRows], float4 a, float4 b, float4 ga, float4 gb) {
+    float w[kRows][8];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      w[r][0] = lo_bf16(wv[r].x), w[r][1] = hi_bf16(wv[r].x), w[r][2] = lo_bf16(wv[r].y), w[r][3] = hi_bf16(wv[r].y);
+      w[r][4] = lo_bf16(wv[r].z), w[r][5] = hi_bf16(wv[r].z), w[r][6] = lo_bf16(wv[r].w), w[r][7] = hi_bf16(wv[r].w);
+    }
+    if constexpr (kNormed) {
+      sumsq[t] = __fadd_rn(sumsq[t], sumsq8(a, b));
+      a = scale4(a, ga);
+      b = scale4(b, gb);
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) acc[r][t] = __fadd_rn(acc[r][t], dot8(w[r], a, b));
+  };
+  // One step's products for every row: rows past T repeat row T - 1 (never written).
+  auto step = [&](int64_t k8, const uint4(&wv)[kRows], const float4(&g)[2]) {
+#pragma unroll
+    for (int t = 0; t < TC; ++t) {
+      const int tt = t < T ? t : T - 1;
+      accum(t, wv, xs[2 * tt * K8 + k8], xs[(2 * tt + 1) * K8 + k8], g[0], g[1]);
+    }
+  };
+#pragma unroll
+  for (int i = 0; i < kPre; ++i) {
+    if (lane + 32 * i < K8) step(lane + 32 * i, pre[i], gpre[i]);
+  }
+  uint4 wcur[kRows];
+  float4 gcur[2] = {one, one};
+  load_step(lane + 32 * kPre, wcur, gcur);
+  for (int64_t k8 = lane + 32 * kPre; k8 < K8; k8 += 32) {
+    uint4 wnext[kRows];
+    float4 gnext[2] = {one, one};
+    load_step(k8 + 32, wnext, gnext);
+    step(k8, wcur, gcur);
+#pragma unroll
+    for (int j = 0; j < kRows; ++j) wcur[j] = wnext[j];
+    gcur[0] = gnext[0], gcur[1] = gnext[1];
+  }
+#pragma unroll
+  for (int t = 0; t < TC; ++t) {
+    float inv = 1.0f;
+    if constexpr (kNormed) inv = inv_rms(sumsq[t], K, eps);
+#pragma unroll
+    for (int o = 0; o < kOut; ++o) {
+      float s = warp_sum(acc[o * kPer][t]);
+      if constexpr (kNormed) {
+        s = __fmul_rn(s, inv);
+        if constexpr (F == Fuse::kNormSwiGlu) s = swiglu(s, __fmul_rn(warp_sum(acc[o * kPer + 1][t]), inv));
+      }
+      if (lane == o && t < T && n0 + o < N) {
+        float* y = Y + t * ldy + n0 + o;
+        *y = accumulate ? __fadd_rn(*y, s) : s;
+      }
+    }
+  }
+}
+
+// 0: outputs per warp chosen by shape (staged_outputs_per_warp); else forced (tests, benchmarks).
+int g_outputs_per_warp = 0;
+
+// Output columns per warp of the staged kernel: as many as keep at least one block per SM busy
+// (132 on the H100): more columns a warp, fewer activation reads per weight, but fewer warps.
+int staged_outputs_per_warp(int64_t N, Fuse f) {
+  const int most = f == Fuse::kNormSwiGlu ? 2 : 4;
+  if (g_outputs_per_warp > 0) return g_outputs_per_warp < most ? g_outputs_per_warp : most;
+  (void)N;
+  return most;
+}
+
+template <Fuse F, int TC, int kOut>
+bool launch_staged_as(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld_x, int T, float* Y,
+                      int64_t ldy, bool accumulate, const float* gamma, float eps, cudaStream_t stream) {
+  // Past 48 KB of dynamic shared memory a kernel must ask for it, once.
+  static const bool allowed =
+      cudaFuncSetAttribute(skinny_staged_kernel<TC, F, kOut>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(kStagedMaxBytes)) == cudaSuccess;
+  if (!allowed) return false;
+  const int64_t per_block = int64_t{kWarps} * kOut;
+  const auto blocks = static_cast<unsigned>((N + per_block - 1) / per_block);
+  launch_pdl(skinny_staged_kernel<TC, F, kOut>, dim3(blocks), dim3(kWarps * 32), static_cast<size_t>(T * K * 4), stream,
+             W, N, K, X, ld_x, T, Y, ldy, accumulate, gamma, eps);
+  return true;
+}
+
+template <Fuse F, int TC>
+bool launch_staged(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld_x, int T, float* Y, int64_t ldy,
+                   bool accumulate, const float* gamma, float eps, cudaStream_t stream) {
+  const int o = staged_outputs_per_warp(N, F);
+  if constexpr (F != Fuse::kNormSwiGlu) {
+    if (o == 4) return launch_staged_as<F, TC, 4>(W, N, K, X, ld_x, T, Y, ldy, accumulate, gamma, eps, stream);
+  }
+  if (o == 2) return launch_staged_as<F, TC, 2>(W, N, K, X, ld_x, T, Y, ldy, accumulate, gamma, eps, stream);
+  return launch_staged_as<F, TC, 1>(W, N, K, X, ld_x, T, Y, ldy, accumulate, gamma, eps, stream);
+}
+
+// Whether a pass of rows takes the staged kernel: 2..16 rows whose X fits the stage, rows of at
+// most 2048 (measured on SmolLM2's shapes only; Llama-8B's long rows keep the register kernel).
+// By shape (outputs per warp 0) only wide matrices (N ≥ 8448, 2 waves of 32-column blocks on
+// the H100): on SmolLM2's lm_head (49152 x 576) at 4 outputs a warp the RMSNorm-fused product
+// took 60 / 79 / 103 / 140 us at 5 / 8 / 11 / 16 rows against 79 / 117 / 191 / 217 with X
+// through L1 (a quarter of the activation reads), but the layers' small matrices (576-3072
+// columns) ran slower staged at every row count (e.g. gate_up at 2 rows 3.1 us → 6.2-10.8):
+// there the register kernel's short latency wins (bench/results/cuda_verify_rows_s10_*).
+bool staged_fits(int64_t N, int64_t K, int rows, Fuse f) {
+  if (g_outputs_per_warp < 0 || rows < 2 || rows > kStagedMaxRows || K > 2048 || rows * K * 4 > kStagedMaxBytes) {
+    return false;
+  }
+  if (g_outputs_per_warp > 0) return true;
+  return N >= 8448 && rows >= (f == Fuse::kPlain ? 5 : 3);
 }
 
 template <Fuse F, int TC>
 void launch(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld_x, int T, float* Y, int64_t ldy,
             bool accumulate, const float* gamma, float eps, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>((N + kWarps - 1) / kWarps);
+  const unsigned groups = static_cast<unsigned>((T + TC - 1) / TC);  // row groups (skinny_kernel)
   if constexpr (TC == 1) {
     // 8 steps where they take the whole row (1024 < K <= 2048), 4 up to 1024, and 1 past 2048: on
     // long rows (Llama-8B's 4096 and 14336) the prefetched weights, gammas and activations cost
@@ -227,8 +467,29 @@ void launch(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld
   // 2 steps for 16 rows of the SwiGLU warps' two weight rows and for 32 rows, or their
   // accumulators spill under the 128 registers of two blocks an SM.
   constexpr int kSteps = (TC >= 16 && F == Fuse::kNormSwiGlu) || TC >= 32 ? 2 : 4;
-  launch_pdl(skinny_kernel<TC, F, kSteps>, dim3(blocks), dim3(kWarps * 32), 0, stream, W, N, K, X, ld_x, T, Y, ldy,
-             accumulate, gamma, eps);
+  launch_pdl(skinny_kernel<TC, F, kSteps>, dim3(blocks, groups), dim3(kWarps * 32), 0, stream, W, N, K, X, ld_x, T, Y,
+             ldy, accumulate, gamma, eps);
+}
+
+// 0: row groups chosen by row count (register_row_group); -1 none; else forced (4, 8).
+int g_row_group = 0;
+
+// Rows per block of the register kernel, 0 for all of them in one block. Past 4 rows each step's
+// X loads come in more batches (4 rows each at 16, for the registers), one L1/L2 round trip each,
+// and SmolLM2's small matrices fill a fraction of the SMs (72-192 blocks of 8 columns on 132):
+// row groups in one launch run side by side, each weight row read once a group (the repeats from
+// L2) with a shorter chain each. Measured (bench_skinny_gemm, us, all rows / groups of 4 / of 8):
+// down (72 blocks) at 8 rows 8.0 / 4.6 / 8.1, 16 rows 14.9 / 7.4 / 8.3; qkv (120) at 8 rows with
+// RMSNorm 6.1 / 3.7 / 6.0, 16 rows 10.3 / 6.7 / 6.1; gate_up + SwiGLU (192) at 8 rows
+// 7.3 / 8.0 / 7.2, 12 rows 11.9 / 10.6 / 12.4 (bench/results/cuda_verify_rows_s10_h100_2026-11-24.json).
+// Grids past 288 blocks (over a wave at two blocks an SM: Llama-8B's matrices) are not split.
+int register_row_group(int rows, int64_t blocks) {
+  if (g_row_group < 0) return 0;
+  if (g_row_group > 0) return rows > g_row_group ? g_row_group : 0;
+  if (rows <= 4 || blocks > 288) return 0;
+  if (rows <= 8) return blocks <= 144 ? 4 : 0;
+  if (blocks * ((rows + 3) / 4) <= 288) return 4;
+  return blocks <= 144 ? 8 : 4;
 }
 
 template <Fuse F>
@@ -246,7 +507,32 @@ bool run(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld_x,
     float* y = Y + t0 * ldy;
     // Every row count of a short verify (2..6: a chain of 1..5 drafted tokens) has its own
     // kernel: a kernel for more rows does the products of the rows past T too.
-    if (rows == 1) {
+    if (staged_fits(N, K, rows, F)) {
+      bool launched = false;
+      if (rows == 2) {
+        launched = launch_staged<F, 2>(W, N, K, x, ld_x, rows, y, ldy, accumulate, gamma, eps, stream);
+      } else if (rows == 3) {
+        launched = launch_staged<F, 3>(W, N, K, x, ld_x, rows, y, ldy, accumulate, gamma, eps, stream);
+      } else if (rows == 4) {
+        launched = launch_staged<F, 4>(W, N, K, x, ld_x, rows, y, ldy, accumulate, gamma, eps, stream);
+      } else if (rows == 5) {
+        launched = launch_staged<F, 5>(W, N, K, x, ld_x, rows, y, ldy, accumulate, gamma, eps, stream);
+      } else if (rows == 6) {
+        launched = launch_staged<F, 6>(W, N, K, x, ld_x, rows, y, ldy, accumulate, gamma, eps, stream);
+      } else if (rows <= 8) {
+        launched = launch_staged<F, 8>(W, N, K, x, ld_x, rows, y, ldy, accumulate, gamma, eps, stream);
+      } else if (rows <= 12) {
+        launched = launch_staged<F, 12>(W, N, K, x, ld_x, rows, y, ldy, accumulate, gamma, eps, stream);
+      } else {
+        launched = launch_staged<F, 16>(W, N, K, x, ld_x, rows, y, ldy, accumulate, gamma, eps, stream);
+      }
+      if (launched) continue;
+    }
+    if (const int group = register_row_group(rows, (N + kWarps - 1) / kWarps); group == 8) {
+      launch<F, 8>(W, N, K, x, ld_x, rows, y, ldy, accumulate, gamma, eps, stream);
+    } else if (group == 4) {
+      launch<F, 4>(W, N, K, x, ld_x, rows, y, ldy, accumulate, gamma, eps, stream);
+    } else if (rows == 1) {
       launch<F, 1>(W, N, K, x, ld_x, rows, y, ldy, accumulate, gamma, eps, stream);
     } else if (rows == 2) {
       launch<F, 2>(W, N, K, x, ld_x, rows, y, ldy, accumulate, gamma, eps, stream);
@@ -443,6 +729,9 @@ __global__ void f32_to_bf16_kernel(const float* __restrict__ in, int64_t n, bf16
 }
 
 }  // namespace
+
+void set_skinny_outputs_per_warp(int outputs) { g_outputs_per_warp = outputs; }
+void set_skinny_row_group(int rows) { g_row_group = rows; }
 
 bool skinny_gemm(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld_x, int64_t T, float* Y,
                  int64_t ldy, bool accumulate, cudaStream_t stream) {

@@ -6,6 +6,15 @@
 // reads X once per weight element and row from L1, so above a few rows cuBLAS's tiled GEMM wins:
 // skinny_gemm_pays() says where. X stays f32, as the CPU's: rounding a projection's input to
 // bf16 cost up to 3e-2 relative L2 in SmolLM2's logits (docs/correctness.md).
+// 2026-11-24 (session 10), verify rows: the f32 kernels' arithmetic is pinned (round-to-nearest
+// intrinsics in the old order), so a verify row equals the one-row decode kernel bit for bit by
+// construction — left to the compiler, the one-row RMSNorm kernel's PTX summed x² in two orders
+// in two steps. Past 4 rows the register kernel splits the rows into groups of 4 or 8, one block
+// each, in one launch on SmolLM2's small grids, and the lm_head takes a kernel with X staged in
+// shared memory and 4 outputs a warp. SmolLM2 greedy verify of 5 / 8 / 11 / 16 rows went
+// 0.89 / 1.20 / 1.87 / 2.07 → 0.82 / 0.90 / 1.14 / 1.35 ms (decode step 0.41 ms, unchanged;
+// bench/results/cuda_verify_rows_s10_h100_2026-11-24.json). Staging X for the layers' small
+// matrices lost at every row count (their time is the latency chain of X loads, not L1 traffic).
 #include <cstdint>
 
 typedef struct CUstream_st* cudaStream_t;
@@ -30,6 +39,14 @@ inline bool skinny_gemm_pays(int64_t N, int64_t K, int64_t T) {
 bool skinny_gemm(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld_x, int64_t T, float* Y,
                  int64_t ldy, bool accumulate, cudaStream_t stream);
 
+// Output columns per warp of the multi-row kernel (2..16 rows; 1, 2 or 4, at most 2 for the
+// SwiGLU fusion): 0 (the default) chooses by shape, -1 keeps every row count on the register
+// kernel (X through L1). For tests and benchmarks; not thread-safe.
+void set_skinny_outputs_per_warp(int outputs);
+// Rows per block of the register kernel (4 or 8; -1 all rows in one block; 0, the default, by
+// row count). For tests and benchmarks; not thread-safe.
+void set_skinny_row_group(int rows);
+
 // The decode step's fusions (same constraints, plus a 16-byte aligned gamma (K) f32):
 // Y(T, N) = rmsnorm(X) · Wᵀ, rmsnorm(x)[k] = x[k] · gamma[k] / sqrt(mean_k(x²) + eps).
 // Replaces an RMSNorm kernel and the GEMM after it.
@@ -42,8 +59,8 @@ bool skinny_gemm_norm_swiglu(const bf16_bits* W, int64_t ffn, int64_t K, const f
                              const float* gamma, float eps, float* Y, int64_t ldy, cudaStream_t stream);
 
 // The same product on tensor cores for 1..16 rows: X split into bf16 hi + lo halves (see
-// f32_to_bf16_split), so the products match f32 X to ~1e-5; W is read once whatever T is. Needs N and K multiples of 16, a 32-byte aligned W, 16-byte aligned
-// X rows; returns false (launching nothing) otherwise.
+// f32_to_bf16_split), so the products match f32 X to ~1e-5; W is read once whatever T is. Needs N and K multiples of
+// 16, a 32-byte aligned W, 16-byte aligned X rows; returns false (launching nothing) otherwise.
 inline constexpr int64_t kSkinnyTcMaxRows = 16;
 bool skinny_gemm_tc(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld_x, int64_t T, float* Y,
                     int64_t ldy, bool accumulate, cudaStream_t stream);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <initializer_list>
 #include <random>
 #include <utility>
@@ -166,6 +167,83 @@ TEST_F(SkinnyGemmTest, NormAndSwiGluFusionsMatchTheSeparateSteps) {
     }
     EXPECT_FALSE(skinny_gemm_norm(dw, 2 * ffn, K, dx, ld_x, 1, nullptr, eps, dy, 2 * ffn, nullptr));  // no gamma
     EXPECT_FALSE(skinny_gemm_norm_swiglu(dw, ffn, K, dx, ld_x, 1, dg + 1, eps, dy, ffn, nullptr));    // misaligned
+    cudaFree(dw);
+    cudaFree(dx);
+    cudaFree(dy);
+    cudaFree(dg);
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  }
+}
+
+// A verify row must be bit-identical to the decode step of the same token (the GPU fidelity
+// invariant: greedy speculative output == plain greedy): every row t of a T-row product, for
+// T = 2..16, each fusion and each choice of multi-row kernel (the register kernel with all rows
+// in one block or in groups of 4 or 8, the choice by shape, the staged kernel at 1 / 2 / 4 outputs
+// a warp), equals the one-row kernel on that row alone,
+// bit for bit. N 1003 is no multiple of a block's columns, 8456 wide enough for the staged
+// kernel by shape; K 576 is SmolLM2's hidden size (its last step covers lanes 0..7 only), 1544
+// like its down projection's, 4160 too long for the staged X (the register kernel).
+TEST_F(SkinnyGemmTest, MultiRowKernelsMatchTheOneRowKernelBitForBit) {
+  enum Kind { kPlain, kAccumulate, kNorm, kNormSwiGlu };
+  for (const auto& [N, K] : {std::pair<int64_t, int64_t>{1003, 576}, {8456, 576}, {1003, 1544}, {250, 4160}}) {
+    const int64_t ld_x = K + 4, max_T = 16;
+    const auto w = bf16_weights(2 * N * K, 0.05f);
+    auto gamma = random(K, 1.0f);
+    for (auto& g : gamma) g += 1.5f;  // never zero
+    const auto x = random(max_T * ld_x, 3.0f), y0 = random(max_T * N, 1.0f);
+    uint16_t* dw = nullptr;
+    float *dx = nullptr, *dy = nullptr, *dg = nullptr;
+    ASSERT_EQ(cudaMalloc(&dw, w.bits.size() * 2), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dx, x.size() * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dy, y0.size() * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dg, K * 4), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(dw, w.bits.data(), w.bits.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(dg, gamma.data(), K * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    // Y of rows [t0, t0 + T) of x, starting from y0's rows (accumulate) or overwritten.
+    auto product = [&](Kind kind, int64_t t0, int64_t T, std::vector<float>* out) {
+      ASSERT_EQ(cudaMemcpy(dy, y0.data() + t0 * N, T * N * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      const float* xt = dx + t0 * ld_x;
+      bool ok = false;
+      if (kind == kPlain || kind == kAccumulate) {
+        ok = skinny_gemm(dw, N, K, xt, ld_x, T, dy, N, kind == kAccumulate, nullptr);
+      } else if (kind == kNorm) {
+        ok = skinny_gemm_norm(dw, N, K, xt, ld_x, T, dg, 1e-5f, dy, N, nullptr);
+      } else {
+        ok = skinny_gemm_norm_swiglu(dw, N, K, xt, ld_x, T, dg, 1e-5f, dy, N, nullptr);
+      }
+      ASSERT_TRUE(ok);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      out->resize(T * N);
+      ASSERT_EQ(cudaMemcpy(out->data(), dy, T * N * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    };
+    for (Kind kind : {kPlain, kAccumulate, kNorm, kNormSwiGlu}) {
+      std::vector<float> single(max_T * N), row;
+      for (int64_t t = 0; t < max_T; ++t) {
+        product(kind, t, 1, &row);
+        std::copy(row.begin(), row.end(), single.begin() + t * N);
+      }
+      // (staged outputs per warp, register kernel's row group)
+      for (const auto& [outputs, group] : {std::pair{-1, -1}, {-1, 4}, {-1, 8}, {0, 0}, {1, 0}, {2, 0}, {4, 0}}) {
+        set_skinny_outputs_per_warp(outputs);
+        set_skinny_row_group(group);
+        for (int64_t T = 2; T <= max_T; ++T) {
+          std::vector<float> multi;
+          product(kind, 0, T, &multi);
+          int64_t differ = 0;
+          for (int64_t i = 0; i < T * N; ++i) {
+            uint32_t a = 0, b = 0;
+            std::memcpy(&a, &multi[i], 4);
+            std::memcpy(&b, &single[i], 4);
+            differ += a != b;
+          }
+          EXPECT_EQ(differ, 0) << "kind " << kind << " N " << N << " K " << K << " T " << T << " outputs/warp "
+                               << outputs << " row group " << group;
+        }
+      }
+      set_skinny_outputs_per_warp(0);
+      set_skinny_row_group(0);
+    }
     cudaFree(dw);
     cudaFree(dx);
     cudaFree(dy);
