@@ -425,10 +425,15 @@ Status CudaSession::enqueue_forward(int64_t T, const uint8_t* mask_dev, LogitRow
       return ok;
     }
     // A decode step's RoPE, K/V append and attention in one launch (kernels/cuda/decode_attention.h;
-    // it takes head_dim 64 and 128), else RoPE+append, then attention.
-    const bool fused = T == 1 && !mask_dev && !plan && b.fused_decode_attention &&
-                       cuda::decode_attention_at(b.qkv.get(), c.n_heads, qd + kvd, pos_dev, c.rope_theta, adjacent, kv,
-                                                 step_dev, scale, b.att.get(), split_, s);
+    // it takes head_dim 64 and 128), and so a verify's of up to 16 rows (its key min/max are left
+    // stale for the commit, as rope_append_at's here), else RoPE+append, then attention.
+    const bool fused =
+        !plan && !split_ops && b.fused_decode_attention &&
+        (T == 1 ? !mask_dev && cuda::decode_attention_at(b.qkv.get(), c.n_heads, qd + kvd, pos_dev, c.rope_theta,
+                                                         adjacent, kv, step_dev, scale, b.att.get(), split_, s)
+                : T <= kMaxGraphRows &&
+                      cuda::tree_decode_attention_at(b.qkv.get(), ld, T, c.n_heads, qd + kvd, pos_dev, c.rope_theta,
+                                                     adjacent, kv, step_dev, mask_dev, scale, b.att.get(), split_, s));
     if (!fused) {
       if (T == 1) {
         cuda::rope_append_decode_at(b.qkv.get(), c.n_heads, c.n_kv_heads, c.head_dim, pos_dev, c.rope_theta, adjacent,

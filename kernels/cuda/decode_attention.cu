@@ -195,6 +195,188 @@ __global__ void __launch_bounds__(kWarps * 32)
   combine_attention_row<kWarps, kHd>(sm_m, sm_l, sm_acc, kHd, out + h * kHd, split, h, z, active);
 }
 
+// Several new rows (2 ≤ T ≤ kMaxTreeRows, a chain or a tree verify): grid (n_heads, T, splits).
+// The block (h, t, z) does what rope_append_at + attention_kernel (mask) do for query head h of
+// row t over split z: it rotates its query and the keys of the new rows it may see (mask[t·T + j],
+// or j ≤ t without a mask) from the f32 qkv, rounds them and their values to bf16 as the cache
+// holds them, keeps them in shared memory, and reads only committed rows from the cache. Row j's
+// K/V go to the cache from block (kvh·group, j, 0) alone. Key min/max are left to the commit (the
+// session's min_max_stale_). The score and softmax loop is decode_attention_kernel's, whose
+// order is attention_kernel's; only the new rows' source differs.
+constexpr int kMaxTreeRows = 16;
+
+template <int kHd>
+__global__ void __launch_bounds__(kWarps * 32)
+    tree_decode_attention_kernel(const float* __restrict__ qkv, int64_t ld, int64_t T, int64_t n_heads, int64_t v_col,
+                                 const int32_t* __restrict__ positions, float theta, bool adjacent, PagedKvLayer kv,
+                                 const int32_t* __restrict__ step, const uint8_t* __restrict__ mask, float scale,
+                                 float* __restrict__ out, AttentionSplit split) {
+  constexpr int kHalf = kHd / 2, kChunks = kHd / 8;
+  constexpr int kThreads = kWarps * 32, kItems = (kMaxTreeRows * kHalf + kThreads - 1) / kThreads;
+  static_assert(kHd <= kThreads && kHd % 8 == 0);
+  pdl_trigger();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t h = blockIdx.x, t = blockIdx.y, z = blockIdx.z;
+  const int64_t group = n_heads / kv.n_kv_heads, kvh = h / group;
+  const int64_t committed = step[0], first_new = step[1];
+  const int64_t total = committed + T;  // the committed rows, then the new ones
+  const bool split_on = split.splits > 1;
+  const int64_t per_split = split_on ? split.rows_per_split : total;
+  const int64_t active = split_on ? (total + per_split - 1) / per_split : 1;
+  if (z >= active) return;  // no rows here
+  const int64_t begin = z * per_split, end = min(total, begin + per_split);
+
+  // RoPE angles (as rope_append_kernel): the query pair of threads [0, kHalf) at position t, and
+  // key item k = threadIdx.x + i·kThreads (row k / kHalf, pair k % kHalf) at that row's position.
+  auto angle_of = [&](int64_t row, int pair, float& c, float& s) {
+    const float pos = static_cast<float>(positions[row]);
+    const float inv_freq = 1.0f / powf(theta, static_cast<float>(2 * pair) / static_cast<float>(kHd));
+    const float angle = pos * inv_freq;
+    c = static_cast<float>(cos(static_cast<double>(angle)));
+    s = static_cast<float>(sin(static_cast<double>(angle)));
+  };
+  float qc = 0.0f, qs_ = 0.0f;
+  if (threadIdx.x < kHalf) angle_of(t, static_cast<int>(threadIdx.x), qc, qs_);
+  float kc[kItems], ks[kItems];
+#pragma unroll
+  for (int i = 0; i < kItems; ++i) {
+    const int64_t k = threadIdx.x + i * kThreads;
+    kc[i] = ks[i] = 0.0f;
+    if (k < T * kHalf) angle_of(k / kHalf, static_cast<int>(k % kHalf), kc[i], ks[i]);
+  }
+  const int64_t first0 = begin + static_cast<int64_t>(warp) * 32;
+  uint4 kr[kChunks];
+  auto load_key = [&](int64_t idx) {
+    const uint4* k = reinterpret_cast<const uint4*>(kv.keys + slot_row(kv, idx, kvh));
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) kr[c] = k[c];
+  };
+  if (first0 + lane < min(end, committed)) load_key(first0 + lane);
+
+  pdl_wait();
+  __shared__ float qs[kHd];
+  __shared__ __align__(16) bf16_bits k_new[kMaxTreeRows][kHd];
+  __shared__ __align__(16) bf16_bits v_new[kMaxTreeRows][kHd];
+  auto visible = [&](int64_t j) { return mask ? mask[t * T + j] != 0 : j <= t; };
+  // Row t's K/V go to the cache from the first query head of its KV group, first split.
+  const bool owner = z == 0 && h % group == 0;
+  if (threadIdx.x < kHalf) {
+    const int pair = static_cast<int>(threadIdx.x);
+    const int pa = adjacent ? 2 * pair : pair, pb = adjacent ? 2 * pair + 1 : pair + kHalf;
+    const float* x = qkv + t * ld + h * kHd;
+    const float x0 = x[pa], x1 = x[pb];
+    qs[pa] = (x0 * qc - x1 * qs_) * scale;
+    qs[pb] = (x1 * qc + x0 * qs_) * scale;
+  }
+#pragma unroll
+  for (int i = 0; i < kItems; ++i) {
+    const int64_t k = threadIdx.x + i * kThreads;
+    if (k >= T * kHalf) continue;
+    const int64_t j = k / kHalf;
+    const bool writes = owner && j == t;
+    if (!writes && !visible(j)) continue;
+    const int pair = static_cast<int>(k % kHalf);
+    const int pa = adjacent ? 2 * pair : pair, pb = adjacent ? 2 * pair + 1 : pair + kHalf;
+    const float* x = qkv + j * ld + (n_heads + kvh) * kHd;
+    const float x0 = x[pa], x1 = x[pb];
+    const bf16_bits k0 = to_bf(x0 * kc[i] - x1 * ks[i]), k1 = to_bf(x1 * kc[i] + x0 * ks[i]);
+    k_new[j][pa] = k0;
+    k_new[j][pb] = k1;
+    if (writes) {
+      const int64_t base = slot_row(kv, first_new + j, kvh);
+      kv.keys[base + pa] = k0;
+      kv.keys[base + pb] = k1;
+    }
+  }
+  for (int64_t k = threadIdx.x; k < T * kHd; k += kThreads) {
+    const int64_t j = k / kHd, d = k % kHd;
+    const bool writes = owner && j == t;
+    if (!writes && !visible(j)) continue;
+    const bf16_bits v = to_bf(qkv[j * ld + v_col + kvh * kHd + d]);
+    v_new[j][d] = v;
+    if (writes) kv.values[slot_row(kv, first_new + j, kvh) + d] = v;
+  }
+  __syncthreads();
+
+  float acc[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) acc[i] = 0.0f;
+  float m = -INFINITY, l = 0.0f;
+  for (int64_t first = first0; first < end; first += kWarps * 32) {
+    const int64_t idx = first + lane;
+    float s = -INFINITY;
+    const bf16_bits* vrow = nullptr;  // this lane's value row: the cache's, or v_new's
+    if (idx < end) {
+      bool seen = true;
+      if (idx < committed) {
+        if (first != first0) load_key(idx);
+        vrow = kv.values + slot_row(kv, idx, kvh);
+      } else {  // new row j, if row t may see it
+        const int64_t j = idx - committed;
+        seen = visible(j);
+        if (seen) {
+#pragma unroll
+          for (int c = 0; c < kChunks; ++c) kr[c] = reinterpret_cast<const uint4*>(k_new[j])[c];
+          vrow = v_new[j];
+        }
+      }
+      if (seen) {
+        float dot = 0.0f;
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c) {
+          const uint4 w = kr[c];
+          dot += key_dot8(qs + c * 8, w);
+        }
+        s = dot;
+      }
+    }
+    const float chunk_max = warp_max(s);
+    if (chunk_max == -INFINITY) continue;
+    const float m_new = fmaxf(m, chunk_max);
+    const float corr = expf(m - m_new);
+    const float p = s == -INFINITY ? 0.0f : expf(s - m_new);
+    l = l * corr + warp_sum(p);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i] *= corr;
+    constexpr int kLanesPerRow = kHd / 8, kGroups = 32 / kLanesPerRow;
+    const int g = lane / kLanesPerRow, slice = lane % kLanesPerRow;
+    float pr[32 / kGroups];
+    uint4 v[32 / kGroups];
+    const auto vbits = reinterpret_cast<unsigned long long>(vrow);
+#pragma unroll
+    for (int i = 0; i < 32 / kGroups; ++i) {
+      const int r = i * kGroups + g;
+      pr[i] = __shfl_sync(0xffffffffu, p, r);
+      const auto row = reinterpret_cast<const bf16_bits*>(__shfl_sync(0xffffffffu, vbits, r));
+      v[i] = pr[i] != 0.0f ? *reinterpret_cast<const uint4*>(row + slice * 8) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int i = 0; i < 32 / kGroups; ++i) {
+      add_weighted_value8(acc, pr[i], v[i]);
+    }
+    m = m_new;
+  }
+  __shared__ float sm_m[kWarps], sm_l[kWarps];
+  __shared__ float sm_acc[kWarps][kHd];
+  if (lane == 0) {
+    sm_m[warp] = m;
+    sm_l[warp] = l;
+  }
+  constexpr int kLanesPerRow = kHd / 8;
+#pragma unroll
+  for (int o = kLanesPerRow; o < 32; o <<= 1) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], o);
+  }
+  if (lane < kLanesPerRow) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) sm_acc[warp][lane * 8 + i] = acc[i];
+  }
+  __syncthreads();
+  const int64_t pair = t * n_heads + h;
+  combine_attention_row<kWarps, kHd>(sm_m, sm_l, sm_acc, kHd, out + pair * kHd, split, pair, z, active);
+}
+
 }  // namespace
 
 bool decode_attention_at(const float* qkv, int64_t n_heads, int64_t v_col, const int32_t* positions, float theta,
@@ -209,6 +391,26 @@ bool decode_attention_at(const float* qkv, int64_t n_heads, int64_t v_col, const
   } else if (kv.head_dim == 128) {
     launch_pdl(decode_attention_kernel<128>, grid, block, 0, stream, qkv, n_heads, v_col, positions, theta, adjacent,
                kv, step, scale, out, split);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+bool tree_decode_attention_at(const float* qkv, int64_t ld, int64_t T, int64_t n_heads, int64_t v_col,
+                              const int32_t* positions, float theta, bool adjacent, const PagedKvLayer& kv,
+                              const int32_t* step, const uint8_t* mask, float scale, float* out,
+                              const AttentionSplit& split, cudaStream_t stream) {
+  if (T < 1 || T > kMaxTreeRows || kv.n_kv_heads <= 0 || n_heads % kv.n_kv_heads != 0) return false;
+  const dim3 grid(static_cast<unsigned>(n_heads), static_cast<unsigned>(T),
+                  static_cast<unsigned>(split.splits > 1 ? split.splits : 1));
+  const dim3 block(kWarps * 32);
+  if (kv.head_dim == 64) {
+    launch_pdl(tree_decode_attention_kernel<64>, grid, block, 0, stream, qkv, ld, T, n_heads, v_col, positions, theta,
+               adjacent, kv, step, mask, scale, out, split);
+  } else if (kv.head_dim == 128) {
+    launch_pdl(tree_decode_attention_kernel<128>, grid, block, 0, stream, qkv, ld, T, n_heads, v_col, positions, theta,
+               adjacent, kv, step, mask, scale, out, split);
   } else {
     return false;
   }

@@ -24,4 +24,17 @@ bool decode_attention_at(const float* qkv, int64_t n_heads, int64_t v_col, const
                          bool adjacent, const PagedKvLayer& kv, const int32_t* step, float scale, float* out,
                          const AttentionSplit& split, cudaStream_t stream);
 
+// The same for 1 ≤ T ≤ 16 new rows (a chain or tree verify) in one launch, replacing
+// rope_append_at (without min/max: the commit recomputes it) + attention_at with `mask`, with the
+// same bits. qkv: T rows of stride ld, laid out as above; positions[t] is row t's RoPE position;
+// row t goes to cache row first_new + t and sees rows [0, committed) and the new rows j with
+// mask[t·T + j] != 0 (mask null: j ≤ t). out: T·n_heads·head_dim f32. The split workspace holds
+// T·n_heads pairs. Each block rotates the new rows it sees itself (shared memory), so no block
+// waits for another's append; one block writes each row to the cache. Key min/max are not
+// touched. Returns false and launches nothing for T > 16 or head_dim other than 64 and 128.
+bool tree_decode_attention_at(const float* qkv, int64_t ld, int64_t T, int64_t n_heads, int64_t v_col,
+                              const int32_t* positions, float theta, bool adjacent, const PagedKvLayer& kv,
+                              const int32_t* step, const uint8_t* mask, float scale, float* out,
+                              const AttentionSplit& split, cudaStream_t stream);
+
 }  // namespace specula::cuda

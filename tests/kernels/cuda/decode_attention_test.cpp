@@ -1,7 +1,7 @@
 // kernels/cuda/decode_attention against the two launches it replaces (rope_append_decode_at +
-// attention_at: the same bits) and against a double-precision CPU attention over the cache it
-// leaves, on random rows (fresh seed per run), both RoPE pairings, head_dim 64 and 128, with and
-// without splits, over decode steps that cross blocks and splits.
+// attention_at, or rope_append_at + masked attention_at for several rows: the same bits) and against a double-precision
+// CPU attention over the cache it leaves, on random rows (fresh seed per run), both RoPE pairings, head_dim 64 and 128,
+// with and without splits, over decode steps that cross blocks and splits.
 #include "kernels/cuda/decode_attention.h"
 
 #include <cuda_bf16.h>
@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <random>
 #include <vector>
 
 #include "kernels/cuda/model_ops.h"
@@ -181,13 +183,125 @@ TEST_F(DecodeAttentionTest, EqualsRopeAppendThenAttentionAndMatchesCpu) {
   }
 }
 
+// The several-row kernel against rope_append_at (no min/max) + attention_at with the same mask:
+// outputs and cache rows the same bits, for T = 2..16 new rows as a chain (no mask, and as a
+// mask) and as a random tree, over contexts that start in different splits, with provisional
+// rows between the committed ones and the new ones in some cases.
+TEST_F(DecodeAttentionTest, TreeRowsEqualRopeAppendThenMaskedAttention) {
+  const int64_t heads = 9, kv_heads = 3, B = 16, blocks = 10, rows = blocks * B;
+  const float theta = 10000.0f;
+  const std::vector<int32_t> table = {3, 7, 0, 9, 1, 5, 2, 8, 4, 6};
+  std::mt19937 pick(static_cast<uint32_t>(random(1, 1e6f)[0] + 1e6f));  // tree shapes, from the run's seed
+  int64_t cases = 0;
+  for (int64_t hd : {64, 128}) {
+    for (bool adjacent : {false, true}) {
+      for (bool split_on : {false, true}) {
+        const int64_t qd = heads * hd, kvd = kv_heads * hd, ld = qd + 2 * kvd, maxT = 16;
+        const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+        AttentionSplit split;
+        if (split_on) {  // 5 splits of 32 rows cover the 160 rows
+          split.splits = 5;
+          split.rows_per_split = 32;
+          split.partial_floats_per_pair = split.splits * (hd + 2);
+          ASSERT_EQ(cudaMalloc(&split.partial, maxT * heads * split.partial_floats_per_pair * 4), cudaSuccess);
+          ASSERT_EQ(cudaMalloc(&split.counters, maxT * heads * 4), cudaSuccess);
+          ASSERT_EQ(cudaMemset(split.counters, 0, maxT * heads * 4), cudaSuccess);
+        }
+        Cache old_cache(blocks, kv_heads, B, hd, table), new_cache(blocks, kv_heads, B, hd, table);
+        {  // every row of both caches random (the same), as appends
+          float* fill = upload(random(rows * ld, 2.0f));
+          int32_t* zero = upload(std::vector<int32_t>{0, 0});
+          kv_append_at(old_cache.kv, fill, ld, qd, qd + kvd, rows, zero, nullptr);
+          kv_append_at(new_cache.kv, fill, ld, qd, qd + kvd, rows, zero, nullptr);
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          cudaFree(fill);
+          cudaFree(zero);
+        }
+        float *q_old = nullptr, *out_old = nullptr, *out_new = nullptr;
+        ASSERT_EQ(cudaMalloc(&q_old, maxT * ld * 4), cudaSuccess);
+        ASSERT_EQ(cudaMalloc(&out_old, maxT * qd * 4), cudaSuccess);
+        ASSERT_EQ(cudaMalloc(&out_new, maxT * qd * 4), cudaSuccess);
+        for (int64_t T = 2; T <= maxT; ++T) {
+          for (int kind = 0; kind < 3; ++kind) {  // 0: chain without a mask, 1: chain mask, 2: random tree
+            for (int64_t committed : {1, 30, 77, 130}) {
+              const int64_t gap = committed % 2 == 0 ? 2 : 0;  // provisional rows neither path may see
+              const int64_t first_new = committed + gap;
+              if (first_new + T > rows) continue;
+              std::vector<uint8_t> mask(static_cast<size_t>(T * T), 0);
+              std::vector<int32_t> pos(static_cast<size_t>(T));
+              std::vector<int64_t> depth(static_cast<size_t>(T), 0);
+              for (int64_t j = 0; j < T; ++j) {
+                const int64_t parent = j == 0 ? -1 : kind == 2 ? static_cast<int64_t>(pick() % j) : j - 1;
+                if (parent >= 0) {
+                  depth[j] = depth[parent] + 1;
+                  for (int64_t a = 0; a < T; ++a) mask[j * T + a] = mask[parent * T + a];
+                }
+                mask[j * T + j] = 1;
+                pos[j] = static_cast<int32_t>(committed + 3 + depth[j]);
+              }
+              const auto row = random(T * ld, 2.0f);
+              float* q_new = upload(row);
+              ASSERT_EQ(cudaMemcpy(q_old, row.data(), T * ld * 4, cudaMemcpyHostToDevice), cudaSuccess);
+              int32_t* pos_dev = upload(pos);
+              int32_t* step = upload(std::vector<int32_t>{int32_t(committed), int32_t(first_new)});
+              uint8_t* mask_dev = nullptr;
+              if (kind > 0) {
+                ASSERT_EQ(cudaMalloc(&mask_dev, T * T), cudaSuccess);
+                ASSERT_EQ(cudaMemcpy(mask_dev, mask.data(), T * T, cudaMemcpyHostToDevice), cudaSuccess);
+              }
+              ASSERT_EQ(cudaMemset(out_new, 0xff, maxT * qd * 4), cudaSuccess);  // NaN: all must be written
+              rope_append_at(q_old, ld, T, heads, kv_heads, hd, pos_dev, theta, adjacent, old_cache.kv, qd + kvd, step,
+                             false, nullptr);
+              attention_at(q_old, ld, T, heads, old_cache.kv, step, mask_dev, scale, out_old, nullptr, split);
+              ASSERT_TRUE(tree_decode_attention_at(q_new, ld, T, heads, qd + kvd, pos_dev, theta, adjacent,
+                                                   new_cache.kv, step, mask_dev, scale, out_new, split, nullptr));
+              ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+              ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+              const auto a = download(out_old, static_cast<size_t>(T * qd));
+              const auto b = download(out_new, static_cast<size_t>(T * qd));
+              ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0)
+                  << "outputs differ: T " << T << ", kind " << kind << ", committed " << committed << ", hd " << hd
+                  << ", adjacent " << adjacent << ", split " << split_on;
+              const auto ka = download(old_cache.kv.keys, old_cache.n_kv);
+              const auto kb = download(new_cache.kv.keys, new_cache.n_kv);
+              const auto va = download(old_cache.kv.values, old_cache.n_kv);
+              const auto vb = download(new_cache.kv.values, new_cache.n_kv);
+              ASSERT_EQ(std::memcmp(ka.data(), kb.data(), ka.size() * 2), 0) << "keys differ: T " << T;
+              ASSERT_EQ(std::memcmp(va.data(), vb.data(), va.size() * 2), 0) << "values differ: T " << T;
+              cudaFree(q_new);
+              cudaFree(pos_dev);
+              cudaFree(step);
+              cudaFree(mask_dev);
+              ++cases;
+            }
+          }
+        }
+        if (split_on) {  // every launch left the counters at zero
+          const auto counters = download(split.counters, static_cast<size_t>(maxT * heads));
+          for (int32_t c : counters) ASSERT_EQ(c, 0);
+          cudaFree(split.partial);
+          cudaFree(split.counters);
+        }
+        cudaFree(q_old);
+        cudaFree(out_old);
+        cudaFree(out_new);
+      }
+    }
+  }
+  std::printf("%lld cases the same bits\n", static_cast<long long>(cases));
+}
+
 TEST_F(DecodeAttentionTest, RefusesOtherHeadSizes) {
   PagedKvLayer kv;
   kv.n_kv_heads = 2;
   kv.head_dim = 96;
   EXPECT_FALSE(decode_attention_at(nullptr, 4, 0, nullptr, 10000.0f, false, kv, nullptr, 1.0f, nullptr, {}, nullptr));
+  EXPECT_FALSE(tree_decode_attention_at(nullptr, 0, 4, 4, 0, nullptr, 10000.0f, false, kv, nullptr, nullptr, 1.0f,
+                                        nullptr, {}, nullptr));
   kv.head_dim = 64;
   EXPECT_FALSE(decode_attention_at(nullptr, 5, 0, nullptr, 10000.0f, false, kv, nullptr, 1.0f, nullptr, {}, nullptr));
+  EXPECT_FALSE(tree_decode_attention_at(nullptr, 0, 17, 4, 0, nullptr, 10000.0f, false, kv, nullptr, nullptr, 1.0f,
+                                        nullptr, {}, nullptr));
 }
 
 }  // namespace
