@@ -223,7 +223,9 @@ TEST_F(DecodeAttentionTest, TreeRowsEqualRopeAppendThenMaskedAttention) {
         ASSERT_EQ(cudaMalloc(&out_new, maxT * qd * 4), cudaSuccess);
         for (int64_t T = 2; T <= maxT; ++T) {
           for (int kind = 0; kind < 3; ++kind) {  // 0: chain without a mask, 1: chain mask, 2: random tree
-            for (int64_t committed : {1, 30, 77, 130}) {
+            // Two of four context lengths (first split, middle ones, last) per (T, kind), in turn.
+            const int64_t lengths[4] = {1, 30, 77, 130};
+            for (int64_t committed : {lengths[(T + kind) % 4], lengths[(T + kind + 2) % 4]}) {
               const int64_t gap = committed % 2 == 0 ? 2 : 0;  // provisional rows neither path may see
               const int64_t first_new = committed + gap;
               if (first_new + T > rows) continue;
