@@ -226,22 +226,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (z >= active) return;  // no rows here
   const int64_t begin = z * per_split, end = min(total, begin + per_split);
 
-  // The new rows row t sees (bit j: mask[t·T + j], or j ≤ t without a mask), and those this block
-  // rotates: the seen ones and row t itself (its owner writes it). The mask, like the positions,
-  // is uploaded before the forward's first kernel, so it is read before the wait.
-  uint32_t seen = 0;
-  for (int64_t j = 0; j < T; ++j) {
-    if (mask ? mask[t * T + j] != 0 : j <= t) seen |= 1u << j;
-  }
-  const uint32_t need = seen | 1u << t;
-  const int n_need = __popc(need);
-  auto nth_row = [&](int n) {  // the n-th set bit of need
-    uint32_t rest = need;
-    for (int c = 0; c < n; ++c) rest &= rest - 1;
-    return __ffs(static_cast<int>(rest)) - 1;
-  };
   // RoPE angles (as rope_append_kernel): the query pair of threads [0, kHalf) at position t, and
-  // key item k = threadIdx.x + i·kThreads (the k / kHalf-th needed row, pair k % kHalf).
+  // key item k = threadIdx.x + i·kThreads (row k / kHalf, pair k % kHalf) at that row's position.
   auto angle_of = [&](int64_t row, int pair, float& c, float& s) {
     const float pos = static_cast<float>(positions[row]);
     const float inv_freq = 1.0f / powf(theta, static_cast<float>(2 * pair) / static_cast<float>(kHd));
@@ -252,16 +238,11 @@ __global__ void __launch_bounds__(kWarps * 32)
   float qc = 0.0f, qs_ = 0.0f;
   if (threadIdx.x < kHalf) angle_of(t, static_cast<int>(threadIdx.x), qc, qs_);
   float kc[kItems], ks[kItems];
-  int krow[kItems];
 #pragma unroll
   for (int i = 0; i < kItems; ++i) {
-    const int k = static_cast<int>(threadIdx.x) + i * kThreads;
+    const int64_t k = threadIdx.x + i * kThreads;
     kc[i] = ks[i] = 0.0f;
-    krow[i] = -1;
-    if (k < n_need * kHalf) {
-      krow[i] = nth_row(k / kHalf);
-      angle_of(krow[i], k % kHalf, kc[i], ks[i]);
-    }
+    if (k < T * kHalf) angle_of(k / kHalf, static_cast<int>(k % kHalf), kc[i], ks[i]);
   }
   const int64_t first0 = begin + static_cast<int64_t>(warp) * 32;
   uint4 kr[kChunks];
@@ -276,6 +257,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   __shared__ float qs[kHd];
   __shared__ __align__(16) bf16_bits k_new[kMaxTreeRows][kHd];
   __shared__ __align__(16) bf16_bits v_new[kMaxTreeRows][kHd];
+  auto visible = [&](int64_t j) { return mask ? mask[t * T + j] != 0 : j <= t; };
   // Row t's K/V go to the cache from the first query head of its KV group, first split.
   const bool owner = z == 0 && h % group == 0;
   if (threadIdx.x < kHalf) {
@@ -286,49 +268,33 @@ __global__ void __launch_bounds__(kWarps * 32)
     qs[pa] = (x0 * qc - x1 * qs_) * scale;
     qs[pb] = (x1 * qc + x0 * qs_) * scale;
   }
-  // The needed rows' keys and values: all loads of a thread first (unrolled), then the stores.
-  constexpr int kValueItems = kMaxTreeRows * kHd / kThreads;
-  float kx0[kItems] = {}, kx1[kItems] = {}, vx[kValueItems] = {};
-  int vrow_of[kValueItems];
 #pragma unroll
   for (int i = 0; i < kItems; ++i) {
-    const int k = static_cast<int>(threadIdx.x) + i * kThreads;
-    if (krow[i] < 0) continue;
-    const int pair = k % kHalf;
+    const int64_t k = threadIdx.x + i * kThreads;
+    if (k >= T * kHalf) continue;
+    const int64_t j = k / kHalf;
+    const bool writes = owner && j == t;
+    if (!writes && !visible(j)) continue;
+    const int pair = static_cast<int>(k % kHalf);
     const int pa = adjacent ? 2 * pair : pair, pb = adjacent ? 2 * pair + 1 : pair + kHalf;
-    const float* x = qkv + krow[i] * ld + (n_heads + kvh) * kHd;
-    kx0[i] = x[pa];
-    kx1[i] = x[pb];
-  }
-#pragma unroll
-  for (int i = 0; i < kValueItems; ++i) {
-    const int k = static_cast<int>(threadIdx.x) + i * kThreads;
-    vrow_of[i] = k < n_need * kHd ? nth_row(k / kHd) : -1;
-    if (vrow_of[i] >= 0) vx[i] = qkv[vrow_of[i] * ld + v_col + kvh * kHd + k % kHd];
-  }
-#pragma unroll
-  for (int i = 0; i < kItems; ++i) {
-    const int k = static_cast<int>(threadIdx.x) + i * kThreads, j = krow[i];
-    if (j < 0) continue;
-    const int pair = k % kHalf;
-    const int pa = adjacent ? 2 * pair : pair, pb = adjacent ? 2 * pair + 1 : pair + kHalf;
-    const float x0 = kx0[i], x1 = kx1[i];
+    const float* x = qkv + j * ld + (n_heads + kvh) * kHd;
+    const float x0 = x[pa], x1 = x[pb];
     const bf16_bits k0 = to_bf(x0 * kc[i] - x1 * ks[i]), k1 = to_bf(x1 * kc[i] + x0 * ks[i]);
     k_new[j][pa] = k0;
     k_new[j][pb] = k1;
-    if (owner && j == t) {
+    if (writes) {
       const int64_t base = slot_row(kv, first_new + j, kvh);
       kv.keys[base + pa] = k0;
       kv.keys[base + pb] = k1;
     }
   }
-#pragma unroll
-  for (int i = 0; i < kValueItems; ++i) {
-    const int j = vrow_of[i], d = (static_cast<int>(threadIdx.x) + i * kThreads) % kHd;
-    if (j < 0) continue;
-    const bf16_bits v = to_bf(vx[i]);
+  for (int64_t k = threadIdx.x; k < T * kHd; k += kThreads) {
+    const int64_t j = k / kHd, d = k % kHd;
+    const bool writes = owner && j == t;
+    if (!writes && !visible(j)) continue;
+    const bf16_bits v = to_bf(qkv[j * ld + v_col + kvh * kHd + d]);
     v_new[j][d] = v;
-    if (owner && j == t) kv.values[slot_row(kv, first_new + j, kvh) + d] = v;
+    if (writes) kv.values[slot_row(kv, first_new + j, kvh) + d] = v;
   }
   __syncthreads();
 
@@ -341,20 +307,20 @@ __global__ void __launch_bounds__(kWarps * 32)
     float s = -INFINITY;
     const bf16_bits* vrow = nullptr;  // this lane's value row: the cache's, or v_new's
     if (idx < end) {
-      bool visible = true;
+      bool seen = true;
       if (idx < committed) {
         if (first != first0) load_key(idx);
         vrow = kv.values + slot_row(kv, idx, kvh);
       } else {  // new row j, if row t may see it
         const int64_t j = idx - committed;
-        visible = (seen >> j) & 1u;
-        if (visible) {
+        seen = visible(j);
+        if (seen) {
 #pragma unroll
           for (int c = 0; c < kChunks; ++c) kr[c] = reinterpret_cast<const uint4*>(k_new[j])[c];
           vrow = v_new[j];
         }
       }
-      if (visible) {
+      if (seen) {
         float dot = 0.0f;
 #pragma unroll
         for (int c = 0; c < kChunks; ++c) {
