@@ -384,6 +384,14 @@ Status CudaSession::finish(int64_t n) {
   return {};
 }
 
+// The most rows a verify takes through tree_decode_attention_at. Every block of it rotates the
+// keys of all T new rows (ceil(T / 4) rounds of double-precision cos and sin a thread at head_dim
+// 64), which the launch it saves pays for only at small T: SmolLM2-135M chain verifies on the
+// H100, median greedy ms, main -> fused at 2/5/9/13/16 rows: 0.647/0.822/1.135/1.356/1.349 ->
+// 0.569/0.763/1.124/1.409/1.404 (bench/results/cuda_verify_fused_attention_s10_h100_2026-11-24.json).
+// 8 keeps the two-round sizes (5 measured, 6 to 8 not); from 9 rows the old pair of launches.
+constexpr int64_t kMaxFusedVerifyRows = 8;
+
 // Enqueues the forward of T new tokens, from the embedding to the logits GEMM, reading the
 // tokens, positions and step scalars that forward() uploaded to b.ids.
 Status CudaSession::enqueue_forward(int64_t T, const uint8_t* mask_dev, LogitRows rows, SparsePlan* plan,
@@ -425,13 +433,14 @@ Status CudaSession::enqueue_forward(int64_t T, const uint8_t* mask_dev, LogitRow
       return ok;
     }
     // A decode step's RoPE, K/V append and attention in one launch (kernels/cuda/decode_attention.h;
-    // it takes head_dim 64 and 128), and so a verify's of up to 16 rows (its key min/max are left
-    // stale for the commit, as rope_append_at's here), else RoPE+append, then attention.
+    // it takes head_dim 64 and 128), and so a verify's of up to kMaxFusedVerifyRows rows (its key
+    // min/max are left stale for the commit, as rope_append_at's here), else RoPE+append, then
+    // attention.
     const bool fused =
         !plan && !split_ops && b.fused_decode_attention &&
         (T == 1 ? !mask_dev && cuda::decode_attention_at(b.qkv.get(), c.n_heads, qd + kvd, pos_dev, c.rope_theta,
                                                          adjacent, kv, step_dev, scale, b.att.get(), split_, s)
-                : T <= kMaxGraphRows &&
+                : T <= kMaxFusedVerifyRows &&
                       cuda::tree_decode_attention_at(b.qkv.get(), ld, T, c.n_heads, qd + kvd, pos_dev, c.rope_theta,
                                                      adjacent, kv, step_dev, mask_dev, scale, b.att.get(), split_, s));
     if (!fused) {
