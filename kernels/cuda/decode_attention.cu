@@ -30,6 +30,61 @@ __device__ __forceinline__ int64_t slot_row(const PagedKvLayer& kv, int64_t row,
   return ((phys * kv.n_kv_heads + head) * kv.block_size + row % kv.block_size) * kv.head_dim;
 }
 
+// One chunk of 32 keys (a lane's score s, -inf where it sees none, and its value row vrow) into a
+// warp's running max m, sum l and weighted values acc. Lane = (row group g, 8-dim slice): rows g,
+// g + G, ... of the chunk, dims slice·8..+8. Both kernels below take it, in attention_kernel's
+// order for kHd 64 and 128 (the bits must match: a verify row equals a decode step).
+template <int kHd>
+__device__ __forceinline__ void attend_chunk(float s, const bf16_bits* vrow, int lane, float& m, float& l,
+                                             float (&acc)[8]) {
+  const float chunk_max = warp_max(s);
+  if (chunk_max == -INFINITY) return;
+  const float m_new = fmaxf(m, chunk_max);
+  const float corr = expf(m - m_new);
+  const float p = s == -INFINITY ? 0.0f : expf(s - m_new);
+  l = l * corr + warp_sum(p);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) acc[i] *= corr;
+  constexpr int kLanesPerRow = kHd / 8, kGroups = 32 / kLanesPerRow;
+  const int g = lane / kLanesPerRow, slice = lane % kLanesPerRow;
+  float pr[32 / kGroups];
+  uint4 v[32 / kGroups];
+  const auto vbits = reinterpret_cast<unsigned long long>(vrow);
+#pragma unroll
+  for (int i = 0; i < 32 / kGroups; ++i) {
+    const int r = i * kGroups + g;
+    pr[i] = __shfl_sync(0xffffffffu, p, r);
+    const auto row = reinterpret_cast<const bf16_bits*>(__shfl_sync(0xffffffffu, vbits, r));
+    v[i] = pr[i] != 0.0f ? *reinterpret_cast<const uint4*>(row + slice * 8) : make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int i = 0; i < 32 / kGroups; ++i) {
+    add_weighted_value8(acc, pr[i], v[i]);
+  }
+  m = m_new;
+}
+
+// A warp's (m, l) and its weighted values, the row groups' slices summed (group 0's lanes then
+// hold dims slice·8..+8), into the shared arrays combine_attention_row reads after a barrier.
+template <int kHd>
+__device__ __forceinline__ void stash_warp(float m, float l, float (&acc)[8], int warp, int lane, float* sm_m,
+                                           float* sm_l, float (*sm_acc)[kHd]) {
+  if (lane == 0) {
+    sm_m[warp] = m;
+    sm_l[warp] = l;
+  }
+  constexpr int kLanesPerRow = kHd / 8;
+#pragma unroll
+  for (int o = kLanesPerRow; o < 32; o <<= 1) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], o);
+  }
+  if (lane < kLanesPerRow) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) sm_acc[warp][lane * 8 + i] = acc[i];
+  }
+}
+
 // grid (n_heads, splits), kWarps warps; head_dim = kHd ≤ 32 · kWarps, so each thread owns at
 // most one RoPE pair: threads [0, kHd/2) a query pair, [kHd/2, kHd) a key pair.
 //
@@ -146,50 +201,11 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
       s = dot;
     }
-    const float chunk_max = warp_max(s);
-    if (chunk_max == -INFINITY) continue;
-    const float m_new = fmaxf(m, chunk_max);
-    const float corr = expf(m - m_new);
-    const float p = s == -INFINITY ? 0.0f : expf(s - m_new);
-    l = l * corr + warp_sum(p);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) acc[i] *= corr;
-    // Lane = (row group g, 8-dim slice): rows g, g + G, ... of the chunk, dims slice·8..+8.
-    constexpr int kLanesPerRow = kHd / 8, kGroups = 32 / kLanesPerRow;
-    const int g = lane / kLanesPerRow, slice = lane % kLanesPerRow;
-    float pr[32 / kGroups];
-    uint4 v[32 / kGroups];
-    const auto vbits = reinterpret_cast<unsigned long long>(vrow);
-#pragma unroll
-    for (int i = 0; i < 32 / kGroups; ++i) {
-      const int r = i * kGroups + g;
-      pr[i] = __shfl_sync(0xffffffffu, p, r);
-      const auto row = reinterpret_cast<const bf16_bits*>(__shfl_sync(0xffffffffu, vbits, r));
-      v[i] = pr[i] != 0.0f ? *reinterpret_cast<const uint4*>(row + slice * 8) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int i = 0; i < 32 / kGroups; ++i) {
-      add_weighted_value8(acc, pr[i], v[i]);
-    }
-    m = m_new;
+    attend_chunk<kHd>(s, vrow, lane, m, l, acc);
   }
   __shared__ float sm_m[kWarps], sm_l[kWarps];
   __shared__ float sm_acc[kWarps][kHd];
-  if (lane == 0) {
-    sm_m[warp] = m;
-    sm_l[warp] = l;
-  }
-  // Sum the row groups' slices; group 0's lanes then hold dims slice·8..+8.
-  constexpr int kLanesPerRow = kHd / 8;
-#pragma unroll
-  for (int o = kLanesPerRow; o < 32; o <<= 1) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], o);
-  }
-  if (lane < kLanesPerRow) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) sm_acc[warp][lane * 8 + i] = acc[i];
-  }
+  stash_warp<kHd>(m, l, acc, warp, lane, sm_m, sm_l, sm_acc);
   __syncthreads();
   // Split: over the active splits only.
   combine_attention_row<kWarps, kHd>(sm_m, sm_l, sm_acc, kHd, out + h * kHd, split, h, z, active);
@@ -330,48 +346,11 @@ __global__ void __launch_bounds__(kWarps * 32)
         s = dot;
       }
     }
-    const float chunk_max = warp_max(s);
-    if (chunk_max == -INFINITY) continue;
-    const float m_new = fmaxf(m, chunk_max);
-    const float corr = expf(m - m_new);
-    const float p = s == -INFINITY ? 0.0f : expf(s - m_new);
-    l = l * corr + warp_sum(p);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) acc[i] *= corr;
-    constexpr int kLanesPerRow = kHd / 8, kGroups = 32 / kLanesPerRow;
-    const int g = lane / kLanesPerRow, slice = lane % kLanesPerRow;
-    float pr[32 / kGroups];
-    uint4 v[32 / kGroups];
-    const auto vbits = reinterpret_cast<unsigned long long>(vrow);
-#pragma unroll
-    for (int i = 0; i < 32 / kGroups; ++i) {
-      const int r = i * kGroups + g;
-      pr[i] = __shfl_sync(0xffffffffu, p, r);
-      const auto row = reinterpret_cast<const bf16_bits*>(__shfl_sync(0xffffffffu, vbits, r));
-      v[i] = pr[i] != 0.0f ? *reinterpret_cast<const uint4*>(row + slice * 8) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int i = 0; i < 32 / kGroups; ++i) {
-      add_weighted_value8(acc, pr[i], v[i]);
-    }
-    m = m_new;
+    attend_chunk<kHd>(s, vrow, lane, m, l, acc);
   }
   __shared__ float sm_m[kWarps], sm_l[kWarps];
   __shared__ float sm_acc[kWarps][kHd];
-  if (lane == 0) {
-    sm_m[warp] = m;
-    sm_l[warp] = l;
-  }
-  constexpr int kLanesPerRow = kHd / 8;
-#pragma unroll
-  for (int o = kLanesPerRow; o < 32; o <<= 1) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], o);
-  }
-  if (lane < kLanesPerRow) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) sm_acc[warp][lane * 8 + i] = acc[i];
-  }
+  stash_warp<kHd>(m, l, acc, warp, lane, sm_m, sm_l, sm_acc);
   __syncthreads();
   const int64_t pair = t * n_heads + h;
   combine_attention_row<kWarps, kHd>(sm_m, sm_l, sm_acc, kHd, out + pair * kHd, split, pair, z, active);
