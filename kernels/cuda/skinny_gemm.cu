@@ -64,6 +64,27 @@ __device__ __forceinline__ float swiglu(float gate, float up) {
 __device__ __forceinline__ float lo_bf16(uint32_t w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float hi_bf16(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
 
+// acc[r][t] += w_r · (x ⊙ gamma) over one step's 8 k of row t (the weight rows' 8 bf16 each in wv),
+// and, normed, the 8 x² into sumsq[t]: every multi-row and one-row kernel's step, in one pinned
+// order (a verify row must repeat a decode step's bits).
+template <int kRows, bool kNormed, int kT, int kS>
+__device__ __forceinline__ void accumulate_step(const uint4 (&wv)[kRows], float4 a, float4 b, float4 ga, float4 gb,
+                                                float (&acc)[kRows][kT], float (&sumsq)[kS], int t) {
+  float w[kRows][8];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    w[r][0] = lo_bf16(wv[r].x), w[r][1] = hi_bf16(wv[r].x), w[r][2] = lo_bf16(wv[r].y), w[r][3] = hi_bf16(wv[r].y);
+    w[r][4] = lo_bf16(wv[r].z), w[r][5] = hi_bf16(wv[r].z), w[r][6] = lo_bf16(wv[r].w), w[r][7] = hi_bf16(wv[r].w);
+  }
+  if constexpr (kNormed) {
+    sumsq[t] = __fadd_rn(sumsq[t], sumsq8(a, b));
+    a = scale4(a, ga);
+    b = scale4(b, gb);
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) acc[r][t] = __fadd_rn(acc[r][t], dot8(w[r], a, b));
+}
+
 // What a warp does with X before and after its dot products (the decode step's fusions):
 //   kPlain   y = x · w
 //   kNorm    y = rmsnorm(x) · w, rmsnorm(x)[k] = x[k] · g[k] / sqrt(mean(x²) + eps). Each warp
@@ -143,19 +164,7 @@ __global__ void __launch_bounds__(kWarps * 32, TC > 1 ? 2 : 0)
   pdl_wait();
   // acc[·][t] += w · (x ⊙ gamma) over one step's 8 k of row t; its x² into sumsq[t] (normed).
   auto accum = [&](int t, const uint4(&wv)[kRows], float4 a, float4 b, float4 ga, float4 gb) {
-    float w[kRows][8];
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      w[r][0] = lo_bf16(wv[r].x), w[r][1] = hi_bf16(wv[r].x), w[r][2] = lo_bf16(wv[r].y), w[r][3] = hi_bf16(wv[r].y);
-      w[r][4] = lo_bf16(wv[r].z), w[r][5] = hi_bf16(wv[r].z), w[r][6] = lo_bf16(wv[r].w), w[r][7] = hi_bf16(wv[r].w);
-    }
-    if constexpr (kNormed) {
-      sumsq[t] = __fadd_rn(sumsq[t], sumsq8(a, b));
-      a = scale4(a, ga);
-      b = scale4(b, gb);
-    }
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) acc[r][t] = __fadd_rn(acc[r][t], dot8(w[r], a, b));
+    accumulate_step<kRows, kNormed>(wv, a, b, ga, gb, acc, sumsq, t);
   };
   // One step of every row: the rows' activations (written by the kernel before: plain loads) are
   // all loaded before the first product, up to kXBatch rows at a time. Rows t >= T re-read row
@@ -329,21 +338,9 @@ __global__ void __launch_bounds__(kWarps * 32, kOut == 1 ? 2 : 1)
     asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
   }
   __syncthreads();
-  // skinny_kernel's accum(), for kRows weight rows.
+  // skinny_kernel's accum(): accumulate_step for kRows weight rows.
   auto accum = [&](int t, const uint4(&wv)[kRows], float4 a, float4 b, float4 ga, float4 gb) {
-    float w[kRows][8];
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      w[r][0] = lo_bf16(wv[r].x), w[r][1] = hi_bf16(wv[r].x), w[r][2] = lo_bf16(wv[r].y), w[r][3] = hi_bf16(wv[r].y);
-      w[r][4] = lo_bf16(wv[r].z), w[r][5] = hi_bf16(wv[r].z), w[r][6] = lo_bf16(wv[r].w), w[r][7] = hi_bf16(wv[r].w);
-    }
-    if constexpr (kNormed) {
-      sumsq[t] = __fadd_rn(sumsq[t], sumsq8(a, b));
-      a = scale4(a, ga);
-      b = scale4(b, gb);
-    }
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) acc[r][t] = __fadd_rn(acc[r][t], dot8(w[r], a, b));
+    accumulate_step<kRows, kNormed>(wv, a, b, ga, gb, acc, sumsq, t);
   };
   // One step's products for every row: rows past T repeat row T - 1 (never written).
   auto step = [&](int64_t k8, const uint4(&wv)[kRows], const float4(&g)[2]) {
