@@ -137,18 +137,11 @@ class NgramDrafter final : public Drafter {
   const DrafterStats& stats() const override { return stats_; }
 
   Expected<DraftTree> draft(std::span<const int32_t> sequence, const DraftRequest& request) override {
-    if (options_.history_tokens > 0) {
-      // A sequence that does not extend the last one is a new request without reset().
-      if (last_.size() > sequence.size() || !std::equal(last_.begin(), last_.end(), sequence.begin())) archive();
-      if (last_.empty()) prompt_length_ = sequence.size() > 0 ? sequence.size() - 1 : 0;
-      last_.assign(sequence.begin(), sequence.end());
-    }
-    // The index follows the sequence as it grows by rounds; a sequence that does not extend it
-    // (a new request, a rollback) is indexed anew.
+    // The index follows the sequence as it grows by rounds; a sequence that does not extend it is
+    // a new request without reset(): the last one goes to the history, the new one is indexed anew.
     const auto indexed = sequence_.text();
-    if (indexed.size() > sequence.size() || !std::equal(indexed.begin(), indexed.end(), sequence.begin())) {
-      sequence_.clear();
-    }
+    if (indexed.size() > sequence.size() || !std::equal(indexed.begin(), indexed.end(), sequence.begin())) archive();
+    if (sequence_.text().empty()) prompt_length_ = sequence.empty() ? 0 : sequence.size() - 1;
     sequence_.append(sequence.subspan(sequence_.text().size()));
     std::vector<int32_t> context(sequence.begin(), sequence.end());
     const auto base = context.size();
@@ -186,11 +179,12 @@ class NgramDrafter final : public Drafter {
   // The last sequence's generated text, with n_max tokens of its prompt before it (the chat
   // template's "assistant" turn opener, so the history also knows how answers begin).
   void archive() {
-    if (!last_.empty()) {
+    const auto text = sequence_.text();
+    if (options_.history_tokens > 0 && !text.empty()) {
       const size_t from = prompt_length_ > static_cast<size_t>(options_.n_max) ? prompt_length_ - options_.n_max : 0;
-      history_.add(std::span(last_).subspan(from));
+      history_.add(text.subspan(std::min(from, text.size())));
     }
-    last_.clear();
+    sequence_.clear();
   }
 
   // The tokens that followed earlier occurrences of the longest matching suffix, as a
@@ -242,8 +236,7 @@ class NgramDrafter final : public Drafter {
   DrafterStats stats_;
   NgramIndex sequence_;  // the sequence of the last draft()
   NgramHistory history_;
-  std::vector<int32_t> last_;  // the sequence of the last draft() (history_tokens > 0 only)
-  size_t prompt_length_ = 0;   // its prompt's length: the first draft() of a sequence less its one generated token
+  size_t prompt_length_ = 0;  // its prompt's length: the first draft() of a sequence less its one generated token
 };
 
 // ---- transformer-backed drafters (layerskip, model) ----------------------------------------
