@@ -30,6 +30,14 @@ TreeShape shape(std::string_view spec) {
   return *s;
 }
 
+// A model drafter whose draft model is the tiny target itself (a second copy): every draft is
+// what the target would say.
+Expected<std::unique_ptr<Drafter>> self_drafter() {
+  auto same = load_model(kTiny);
+  if (!same) return same.error();
+  return make_model_drafter(tiny(), std::make_unique<Model>(std::move(*same)), {1});
+}
+
 std::vector<std::vector<int32_t>> prompts() {
   return {{1, 400, 500, 600},
           {1, 81, 82, 81, 82, 81},
@@ -73,10 +81,8 @@ TEST(Speculative, GreedyEqualsPlainForEveryDrafterAndShape) {
 }
 
 TEST(Speculative, DraftEqualToTargetAcceptsEveryChainToken) {
-  auto same = load_model(kTiny);
-  ASSERT_TRUE(same.ok());
-  auto drafter = make_model_drafter(tiny(), std::make_unique<Model>(std::move(*same)), {1});
-  ASSERT_TRUE(drafter.ok());
+  auto drafter = self_drafter();
+  ASSERT_TRUE(drafter.ok()) << drafter.error().message;
   SpeculativeEngine engine(tiny(), 1);
   SpeculativeOptions options;
   options.max_tokens = 31;  // 1 from prefill + 6 rounds of 5
@@ -95,10 +101,8 @@ TEST(Speculative, DraftEqualToTargetAcceptsEveryChainToken) {
 }
 
 TEST(Speculative, ACarriedControllerStaysInFallbackOnTheNextSequence) {
-  auto same = load_model(kTiny);
-  ASSERT_TRUE(same.ok());
-  auto drafter = make_model_drafter(tiny(), std::make_unique<Model>(std::move(*same)), {1});
-  ASSERT_TRUE(drafter.ok());
+  auto drafter = self_drafter();
+  ASSERT_TRUE(drafter.ok()) << drafter.error().message;
   SpeculativeEngine engine(tiny(), 1);
   SpeculativeOptions options;
   options.max_tokens = 16;
