@@ -68,7 +68,7 @@ Status cuda_sparse_supported(const SparseConfig& config);
 Status cuda_fill_kv_random_for_bench(BackendSession& session, int64_t rows, uint64_t seed);
 
 // Tests and benches: how many forward graphs a CUDA session holds (its own and those it took over
-// from the session before it, SpareKv in cuda_backend_impl.h); -1 for a session of another backend.
+// from the session before it, KvMemory in cuda_backend_impl.h); -1 for a session of another backend.
 int64_t cuda_session_graph_count(const BackendSession& session);
 
 class CudaBackend : public TransformerBackend {

@@ -140,14 +140,15 @@ class LtGemm {
 
 using namespace cuda_detail;
 
-// A finished session's KV cache memory and the forward graphs captured over it. The next session
-// with the same block size that fits takes both over (CudaSession::init), so a run of many
+// A session's KV cache memory and the forward graphs captured over it (CudaSession::mem_). A
+// finished session leaves it to the backend (Impl::spare_kv), and the next session with the same
+// block size that fits takes it over (CudaSession::init), so a run of many
 // prompts captures and instantiates each decode and verify shape once, not once a prompt: that
 // cost ~2.4 ms a verify shape, about 40% of a 123-token ngram run's verify time on the H100
 // (bench/results/cuda_graph_reuse_s10_h100_2026-11-24.txt). The graphs stay valid because
 // every pointer they hold is this memory or the backend's scratch (whose moves they track by
 // graph_generation), and they read the committed length on the device.
-struct SpareKv {
+struct KvMemory {
   int64_t block_size = 0, rows = 0;  // rows: the physical capacity the buffers hold
   DeviceBuffer<bf16_bits> keys, values;
   DeviceBuffer<float> kmin, kmax, split_partial;
@@ -157,10 +158,10 @@ struct SpareKv {
   std::set<int64_t> eager_shapes;
   int64_t graph_generation = -1;
 
-  SpareKv() = default;
-  SpareKv(const SpareKv&) = delete;
-  SpareKv& operator=(const SpareKv&) = delete;
-  ~SpareKv() {
+  KvMemory() = default;
+  KvMemory(const KvMemory&) = delete;
+  KvMemory& operator=(const KvMemory&) = delete;
+  ~KvMemory() {
     for (auto& [key, exec] : graphs) cudaGraphExecDestroy(exec);
   }
 };
@@ -194,9 +195,9 @@ struct CudaBackend::Impl {
   GemmRoute layer_route = GemmRoute::kAuto, head_route = GemmRoute::kAuto;  // CudaBackendOptions
   bool cublaslt_tuned = false;                                              // CudaBackendOptions
   LtGemm lt;
-  int32_t* host_ids = nullptr;        // pinned staging: tokens (T), positions (T), step (committed, first_new)
-  uint8_t* host_mask = nullptr;       // pinned, scratch_T²
-  std::unique_ptr<SpareKv> spare_kv;  // the last finished session's (CudaSession::~CudaSession)
+  int32_t* host_ids = nullptr;         // pinned staging: tokens (T), positions (T), step (committed, first_new)
+  uint8_t* host_mask = nullptr;        // pinned, scratch_T²
+  std::unique_ptr<KvMemory> spare_kv;  // the last finished session's (CudaSession::~CudaSession)
 
   ~Impl() {
     spare_kv.reset();  // its graphs before the stream they were captured on

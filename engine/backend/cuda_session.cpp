@@ -30,43 +30,48 @@ Status CudaSession::init() {
     // split (planned for its own rows, the graphs' launch shapes) has at most twice the splits
     // this capacity would get: more splits past the committed rows run empty.
     const int want = cuda::attention_split_for(rows, c.head_dim).splits;
+    // Its rows hold that sequence's keys and values, which nothing reads: attention stops at the
+    // committed rows, and a block's key min/max is recomputed over the rows present whenever
+    // rows are committed.
     if (spare->block_size == B_ && spare->rows >= rows && spare->split.splits <= 2 * want) {
-      adopt(*spare);
-      spare.reset();
+      mem_ = std::move(spare);
+      n_blocks_ = mem_->rows / B_ + (mem_->rows % B_ != 0);
       return map_layers();
     }
     spare.reset();  // its memory may be what this session needs
   }
-  rows_ = rows;
-  n_blocks_ = rows_ / B_ + (rows_ % B_ != 0);
+  mem_ = std::make_unique<KvMemory>();
+  mem_->block_size = B_;
+  mem_->rows = rows;
+  n_blocks_ = mem_->rows / B_ + (mem_->rows % B_ != 0);
   const int64_t kv_per_layer = n_blocks_ * c.n_kv_heads * B_ * c.head_dim;
   const int64_t meta_per_layer = n_blocks_ * c.n_kv_heads * c.head_dim;
   const uint64_t need = static_cast<uint64_t>(c.n_layers) * (2 * kv_per_layer * 2 + 2 * meta_per_layer * 4);
-  if (auto ok = b_->check_free_memory(need, "a KV cache of " + std::to_string(rows_) + " tokens"); !ok) return ok;
-  if (auto ok = keys_.allocate(c.n_layers * kv_per_layer, "KV keys"); !ok) return ok;
-  if (auto ok = values_.allocate(c.n_layers * kv_per_layer, "KV values"); !ok) return ok;
-  if (auto ok = kmin_.allocate(c.n_layers * meta_per_layer, "KV key min"); !ok) return ok;
-  if (auto ok = kmax_.allocate(c.n_layers * meta_per_layer, "KV key max"); !ok) return ok;
-  if (auto ok = table_.allocate(n_blocks_, "KV block table"); !ok) return ok;
+  if (auto ok = b_->check_free_memory(need, "a KV cache of " + std::to_string(mem_->rows) + " tokens"); !ok) return ok;
+  if (auto ok = mem_->keys.allocate(c.n_layers * kv_per_layer, "KV keys"); !ok) return ok;
+  if (auto ok = mem_->values.allocate(c.n_layers * kv_per_layer, "KV values"); !ok) return ok;
+  if (auto ok = mem_->kmin.allocate(c.n_layers * meta_per_layer, "KV key min"); !ok) return ok;
+  if (auto ok = mem_->kmax.allocate(c.n_layers * meta_per_layer, "KV key max"); !ok) return ok;
+  if (auto ok = mem_->table.allocate(n_blocks_, "KV block table"); !ok) return ok;
   // Decode steps and verifies (up to kMaxGraphRows tokens) split long contexts over blocks.
-  split_ = cuda::attention_split_for(rows_, c.head_dim);
-  if (split_.splits > 1) {
-    if (auto ok =
-            split_partial_.allocate(kMaxGraphRows * c.n_heads * split_.partial_floats_per_pair, "attention split");
+  mem_->split = cuda::attention_split_for(mem_->rows, c.head_dim);
+  if (mem_->split.splits > 1) {
+    if (auto ok = mem_->split_partial.allocate(kMaxGraphRows * c.n_heads * mem_->split.partial_floats_per_pair,
+                                               "attention split");
         !ok) {
       return ok;
     }
-    if (auto ok = split_counters_.allocate(kMaxGraphRows * c.n_heads, "attention split counters"); !ok) return ok;
-    SPECULA_CUDA_TRY(cudaMemset(split_counters_.get(), 0, kMaxGraphRows * c.n_heads * sizeof(int32_t)),
+    if (auto ok = mem_->split_counters.allocate(kMaxGraphRows * c.n_heads, "attention split counters"); !ok) return ok;
+    SPECULA_CUDA_TRY(cudaMemset(mem_->split_counters.get(), 0, kMaxGraphRows * c.n_heads * sizeof(int32_t)),
                      "attention split counters");
-    split_.partial = split_partial_.get();
-    split_.counters = split_counters_.get();
+    mem_->split.partial = mem_->split_partial.get();
+    mem_->split.counters = mem_->split_counters.get();
   }
   // One sequence: logical block i is physical block i. The table is there so a shared pool
   // (prefix sharing, several sequences) can later hand out blocks in any order.
   std::vector<int32_t> table(static_cast<size_t>(n_blocks_));
   for (int64_t i = 0; i < n_blocks_; ++i) table[static_cast<size_t>(i)] = static_cast<int32_t>(i);
-  SPECULA_CUDA_TRY(cudaMemcpy(table_.get(), table.data(), table.size() * 4, cudaMemcpyHostToDevice),
+  SPECULA_CUDA_TRY(cudaMemcpy(mem_->table.get(), table.data(), table.size() * 4, cudaMemcpyHostToDevice),
                    "block table upload");
   return map_layers();
 }
@@ -79,11 +84,11 @@ Status CudaSession::map_layers() {
   layers_.clear();
   for (int64_t l = 0; l < c.n_layers; ++l) {
     cuda::PagedKvLayer k;
-    k.keys = keys_.get() + l * kv_per_layer;
-    k.values = values_.get() + l * kv_per_layer;
-    k.key_min = kmin_.get() + l * meta_per_layer;
-    k.key_max = kmax_.get() + l * meta_per_layer;
-    k.block_table = table_.get();
+    k.keys = mem_->keys.get() + l * kv_per_layer;
+    k.values = mem_->values.get() + l * kv_per_layer;
+    k.key_min = mem_->kmin.get() + l * meta_per_layer;
+    k.key_max = mem_->kmax.get() + l * meta_per_layer;
+    k.block_table = mem_->table.get();
     k.n_kv_heads = c.n_kv_heads;
     k.head_dim = c.head_dim;
     k.block_size = B_;
@@ -253,8 +258,9 @@ Status CudaSession::fill_kv_random(int64_t rows, uint64_t seed) {
   if (rows <= 0 || rows > capacity_) {
     return make_error("fill_kv_random: " + std::to_string(rows) + " rows outside 1.." + std::to_string(capacity_));
   }
-  cuda::fill_uniform_bf16(keys_.get(), static_cast<int64_t>(keys_.size()), seed * 2 + 1, 1.0f, b_->stream);
-  cuda::fill_uniform_bf16(values_.get(), static_cast<int64_t>(values_.size()), seed * 2 + 2, 1.0f, b_->stream);
+  cuda::fill_uniform_bf16(mem_->keys.get(), static_cast<int64_t>(mem_->keys.size()), seed * 2 + 1, 1.0f, b_->stream);
+  cuda::fill_uniform_bf16(mem_->values.get(), static_cast<int64_t>(mem_->values.size()), seed * 2 + 2, 1.0f,
+                          b_->stream);
   committed_ = 0;
   provisional_ = 0;
   if (auto ok = finish(rows); !ok) return ok;
@@ -262,48 +268,11 @@ Status CudaSession::fill_kv_random(int64_t rows, uint64_t seed) {
   return {};
 }
 
-// Takes over a finished session's KV memory and graphs (SpareKv). Its rows hold that sequence's
-// keys and values, which nothing reads: attention stops at the committed rows, and a block's key
-// min/max is recomputed over the rows present whenever rows are committed.
-void CudaSession::adopt(SpareKv& spare) {
-  rows_ = spare.rows;
-  n_blocks_ = rows_ / B_ + (rows_ % B_ != 0);
-  keys_ = std::move(spare.keys);
-  values_ = std::move(spare.values);
-  kmin_ = std::move(spare.kmin);
-  kmax_ = std::move(spare.kmax);
-  table_ = std::move(spare.table);
-  split_partial_ = std::move(spare.split_partial);
-  split_counters_ = std::move(spare.split_counters);
-  split_ = spare.split;
-  graphs_ = std::move(spare.graphs);
-  spare.graphs.clear();
-  eager_shapes_ = std::move(spare.eager_shapes);
-  graph_generation_ = spare.graph_generation;
-}
-
 CudaSession::~CudaSession() {
-  // A session whose init() completed hands its memory and graphs on (SpareKv). Not after a
-  // CUDA error: the next session should not inherit graphs a failed launch may have left half-run.
-  if (!layers_.empty() && cudaPeekAtLastError() == cudaSuccess) {
-    auto spare = std::make_unique<SpareKv>();
-    spare->block_size = B_;
-    spare->rows = rows_;
-    spare->keys = std::move(keys_);
-    spare->values = std::move(values_);
-    spare->kmin = std::move(kmin_);
-    spare->kmax = std::move(kmax_);
-    spare->table = std::move(table_);
-    spare->split_partial = std::move(split_partial_);
-    spare->split_counters = std::move(split_counters_);
-    spare->split = split_;
-    spare->graphs = std::move(graphs_);
-    graphs_.clear();
-    spare->eager_shapes = std::move(eager_shapes_);
-    spare->graph_generation = graph_generation_;
-    b_->spare_kv = std::move(spare);
-  }
-  for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+  // A session whose init() completed leaves its memory and graphs to the next (KvMemory). Not
+  // after a CUDA error: the next session should not inherit graphs a failed launch may have left
+  // half-run.
+  if (mem_ && !layers_.empty() && cudaPeekAtLastError() == cudaSuccess) b_->spare_kv = std::move(mem_);
   if (rows_uploaded_) cudaEventDestroy(rows_uploaded_);
   if (host_rows_) cudaFreeHost(host_rows_);
   if (host_listed_rows_) cudaFreeHost(host_listed_rows_);
@@ -438,11 +407,12 @@ Status CudaSession::enqueue_forward(int64_t T, const uint8_t* mask_dev, LogitRow
     // attention.
     const bool fused =
         !plan && !split_ops && b.fused_decode_attention &&
-        (T == 1 ? !mask_dev && cuda::decode_attention_at(b.qkv.get(), c.n_heads, qd + kvd, pos_dev, c.rope_theta,
-                                                         adjacent, kv, step_dev, scale, b.att.get(), split_, s)
-                : T <= kMaxFusedVerifyRows &&
-                      cuda::tree_decode_attention_at(b.qkv.get(), ld, T, c.n_heads, qd + kvd, pos_dev, c.rope_theta,
-                                                     adjacent, kv, step_dev, mask_dev, scale, b.att.get(), split_, s));
+        (T == 1
+             ? !mask_dev && cuda::decode_attention_at(b.qkv.get(), c.n_heads, qd + kvd, pos_dev, c.rope_theta, adjacent,
+                                                      kv, step_dev, scale, b.att.get(), mem_->split, s)
+             : T <= kMaxFusedVerifyRows && cuda::tree_decode_attention_at(
+                                               b.qkv.get(), ld, T, c.n_heads, qd + kvd, pos_dev, c.rope_theta, adjacent,
+                                               kv, step_dev, mask_dev, scale, b.att.get(), mem_->split, s));
     if (!fused) {
       if (T == 1) {
         cuda::rope_append_decode_at(b.qkv.get(), c.n_heads, c.n_kv_heads, c.head_dim, pos_dev, c.rope_theta, adjacent,
@@ -458,7 +428,7 @@ Status CudaSession::enqueue_forward(int64_t T, const uint8_t* mask_dev, LogitRow
         if (auto ok = planned_attention(*plan, static_cast<int>(l), kv, T, mask_dev, step_dev); !ok) return ok;
       } else {
         cuda::attention_at(b.qkv.get(), ld, T, c.n_heads, kv, step_dev, mask_dev, scale, b.att.get(), s,
-                           T <= kMaxGraphRows ? split_ : cuda::AttentionSplit{});
+                           T <= kMaxGraphRows ? mem_->split : cuda::AttentionSplit{});
       }
     }
     if (split_ops) {
@@ -495,19 +465,19 @@ Status CudaSession::enqueue_forward(int64_t T, const uint8_t* mask_dev, LogitRow
 
 Status CudaSession::launch_graph(int64_t T, const uint8_t* mask_dev, LogitRows rows) {
   auto& b = *b_;
-  if (graph_generation_ != b.scratch_generation) {
-    for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
-    graphs_.clear();
-    graph_generation_ = b.scratch_generation;
+  if (mem_->graph_generation != b.scratch_generation) {
+    for (auto& [key, exec] : mem_->graphs) cudaGraphExecDestroy(exec);
+    mem_->graphs.clear();
+    mem_->graph_generation = b.scratch_generation;
   }
   const int64_t key = T * 4 + (rows == LogitRows::All ? 2 : 0) + (mask_dev ? 1 : 0);
-  auto found = graphs_.find(key);
+  auto found = mem_->graphs.find(key);
   // A shape's first forward runs eagerly: the stacked GEMMs' cuBLASLt algorithms are timed at
   // their first use (LtGemm), which a capture cannot hold.
-  if (found == graphs_.end() && b.cublaslt_tuned && eager_shapes_.insert(key).second) {
+  if (found == mem_->graphs.end() && b.cublaslt_tuned && mem_->eager_shapes.insert(key).second) {
     return enqueue_forward(T, mask_dev, rows);
   }
-  if (found == graphs_.end()) {
+  if (found == mem_->graphs.end()) {
     cudaGraph_t graph = nullptr;
     SPECULA_CUDA_TRY(cudaStreamBeginCapture(b.stream, cudaStreamCaptureModeThreadLocal), "forward graph capture");
     const Status enqueued = enqueue_forward(T, mask_dev, rows);
@@ -521,7 +491,7 @@ Status CudaSession::launch_graph(int64_t T, const uint8_t* mask_dev, LogitRows r
     const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
     SPECULA_CUDA_TRY(made, "forward graph instantiation");
-    found = graphs_.emplace(key, exec).first;
+    found = mem_->graphs.emplace(key, exec).first;
   }
   SPECULA_CUDA_TRY(cudaGraphLaunch(found->second, b.stream), "forward graph launch");
   return {};

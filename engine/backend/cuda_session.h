@@ -37,7 +37,7 @@ class CudaSession final : public BackendSession {
                      LogitRows rows, const ForwardContext* context, const std::function<Status()>& enqueue_outputs);
 
   Status fill_kv_random(int64_t rows, uint64_t seed);
-  int64_t graph_count() const { return static_cast<int64_t>(graphs_.size()); }
+  int64_t graph_count() const { return mem_ ? static_cast<int64_t>(mem_->graphs.size()) : 0; }
 
   ~CudaSession() override;
 
@@ -101,7 +101,6 @@ class CudaSession final : public BackendSession {
   // every launch parameter it holds is a device pointer, and what changes per step (tokens,
   // positions, committed, first_new, the mask) is read on the device from b.ids and b.mask.
   static constexpr int64_t kMaxGraphRows = 65;  // the pending token + a 64-node tree
-  void adopt(SpareKv& spare);
   Status map_layers();
   Status launch_graph(int64_t T, const uint8_t* mask_dev, LogitRows rows);
   Status ensure_choice_buffers(int64_t n);
@@ -112,19 +111,15 @@ class CudaSession final : public BackendSession {
   int32_t* host_choice_ids_ = nullptr;  // pinned
   float* host_choice_probs_ = nullptr;  // pinned
   int64_t choice_capacity_ = 0;
-  std::map<int64_t, cudaGraphExec_t> graphs_;  // by shape key (launch_graph)
-  std::set<int64_t> eager_shapes_;             // shape keys whose first forward ran eagerly
-  cuda::AttentionSplit split_;                 // attention over long contexts (init())
-  cuda::KvLayerStrides layer_strides_;         // layers_[l] = layers_[0] + l strides
-  DeviceBuffer<float> split_partial_;
-  DeviceBuffer<int32_t> split_counters_;
+  cuda::KvLayerStrides layer_strides_;   // layers_[l] = layers_[0] + l strides
   int32_t* host_rows_ = nullptr;         // pinned staging of commit()'s row moves (from, to)
   int64_t move_capacity_ = 0;            // rows move_rows_, move_scratch_ and host_rows_ hold
   cudaEvent_t rows_uploaded_ = nullptr;  // the last commit's staging copy
-  int64_t graph_generation_ = -1;
   int64_t B_;
   int64_t capacity_;  // rows this session may hold (capacity())
-  int64_t rows_ = 0;  // rows its KV memory holds: capacity_ or more (init())
+  // Its KV memory and graphs (graphs by shape key, launch_graph): its own, or the last session's
+  // (init()). Holds capacity_ rows or more.
+  std::unique_ptr<KvMemory> mem_;
   int64_t n_blocks_ = 0;
   int64_t committed_ = 0, provisional_ = 0;
   // A forward of several rows without a sparse plan left the key min/max of its blocks for the
@@ -132,9 +127,8 @@ class CudaSession final : public BackendSession {
   // commit_all() and for a forward that comes before any of them (its decode step updates the
   // min/max incrementally, and sparse selection reads it).
   bool min_max_stale_ = false;
-  DeviceBuffer<bf16_bits> keys_, values_, move_scratch_;
-  DeviceBuffer<float> kmin_, kmax_;
-  DeviceBuffer<int32_t> table_, move_rows_;
+  DeviceBuffer<bf16_bits> move_scratch_;
+  DeviceBuffer<int32_t> move_rows_;
   std::vector<cuda::PagedKvLayer> layers_;
   // Planned tree verifies (plan_tree_verify): bf16 queries and outputs [T][Hq][D], the current
   // block lists (the last refresh layer's), scratch, and the committed rows the lists load.

@@ -171,7 +171,7 @@ Status CudaSession::planned_attention(SparsePlan& p, int l, const cuda::PagedKvL
       }
       cuda::rows_bf16_to_f32(sparse_out_.get(), T, qd, order_dev_.get(), b.att.get(), s);
     } else {
-      cuda::attention_at(b.qkv.get(), ld, T, c.n_heads, kv, step_dev, mask_dev, scale, b.att.get(), s, split_);
+      cuda::attention_at(b.qkv.get(), ld, T, c.n_heads, kv, step_dev, mask_dev, scale, b.att.get(), s, mem_->split);
     }
     return p.cfg ? observe_selection(p, l, T, false, true) : Status{};
   }
@@ -196,7 +196,7 @@ Status CudaSession::planned_attention(SparsePlan& p, int l, const cuda::PagedKvL
     }
     cuda::rows_bf16_to_f32(sparse_out_.get(), T, qd, order_dev_.get(), b.att.get(), s);
   } else {
-    cuda::attention_at(b.qkv.get(), ld, T, c.n_heads, kv, step_dev, mask_dev, scale, b.att.get(), s, split_,
+    cuda::attention_at(b.qkv.get(), ld, T, c.n_heads, kv, step_dev, mask_dev, scale, b.att.get(), s, mem_->split,
                        visible_.get());
   }
   return observe_selection(p, l, T, reuse, false);
