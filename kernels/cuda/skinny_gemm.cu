@@ -2,6 +2,8 @@
 #include <cuda_runtime.h>
 #include <mma.h>
 
+#include <algorithm>
+
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/skinny_gemm.h"
 
@@ -282,24 +284,26 @@ __global__ void __launch_bounds__(kWarps * 32, kOut == 1 ? 2 : 1)
   constexpr int kPer = F == Fuse::kNormSwiGlu ? 2 : 1;  // weight rows per output column
   constexpr int kRows = kPer * kOut;                    // weight rows per warp: j = o·kPer + r
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kOut;
   const int64_t K8 = K / 8;
-  // Columns past N re-read column N - 1 (never written): no warp leaves before the barrier.
+  // Tile i is kWarps·kOut output columns; the block takes tiles blockIdx.x, + gridDim.x, ...
+  // (launch_staged_as sizes the grid to the resident blocks).
+  const int64_t tiles = (N + kWarps * kOut - 1) / (kWarps * kOut);
+  int64_t tile = blockIdx.x;
+  int64_t n0 = 0;  // this warp's first column in `tile`
   const uint4* wrow[kRows];
+  // Columns past N re-read column N - 1 (never written): no warp leaves before the barrier.
+  auto point_at = [&](int64_t tl) {
+    n0 = (tl * kWarps + warp) * kOut;
 #pragma unroll
-  for (int o = 0; o < kOut; ++o) {
-    const int64_t n = n0 + o < N ? n0 + o : N - 1;
+    for (int o = 0; o < kOut; ++o) {
+      const int64_t n = n0 + o < N ? n0 + o : N - 1;
 #pragma unroll
-    for (int r = 0; r < kPer; ++r) wrow[o * kPer + r] = reinterpret_cast<const uint4*>(W + (n + r * N) * K);
-  }
+      for (int r = 0; r < kPer; ++r) wrow[o * kPer + r] = reinterpret_cast<const uint4*>(W + (n + r * N) * K);
+    }
+  };
+  point_at(tile);
   float acc[kRows][TC];
   float sumsq[kNormed ? TC : 1];
-#pragma unroll
-  for (int t = 0; t < TC; ++t) {
-#pragma unroll
-    for (int j = 0; j < kRows; ++j) acc[j][t] = 0.0f;
-    if constexpr (kNormed) sumsq[t] = 0.0f;
-  }
   const float4 one = make_float4(1.f, 1.f, 1.f, 1.f);
   auto load_step = [&](int64_t k8, uint4(&wv)[kRows], float4(&g)[2]) {
     if (k8 < K8) {
@@ -311,21 +315,26 @@ __global__ void __launch_bounds__(kWarps * 32, kOut == 1 ? 2 : 1)
       }
     }
   };
-  // The first kPre steps' weights (and gamma) are loaded before waiting for the kernel before
-  // this one (weights are never written): 4 steps of one weight row a warp, as skinny_kernel
-  // (all of K 576 or 1024), fewer as the warp's rows grow. Past them, each step's weights are
-  // loaded one step ahead.
+  // The first kPre steps of a tile's weights (and gamma) are loaded ahead: the first tile's
+  // before waiting for the kernel before this one (weights are never written), each next tile's
+  // before this tile's epilogue. 4 steps of one weight row a warp, as skinny_kernel (all of K 576
+  // or 1024), fewer as the warp's rows grow. Past them, each step's weights are loaded one step
+  // ahead.
   constexpr int kPre = kRows >= 4 ? 1 : 4 / kRows;
   uint4 pre[kPre][kRows];
   float4 gpre[kPre][2];
+  auto load_pre = [&]() {
 #pragma unroll
-  for (int i = 0; i < kPre; ++i) {
-    gpre[i][0] = one, gpre[i][1] = one;
-    load_step(lane + 32 * i, pre[i], gpre[i]);
-  }
+    for (int i = 0; i < kPre; ++i) {
+      gpre[i][0] = one, gpre[i][1] = one;
+      load_step(lane + 32 * i, pre[i], gpre[i]);
+    }
+  };
+  load_pre();
   pdl_trigger();
   pdl_wait();
-  // Stage X's rows (written by the kernel before: cp.async goes through L2, not the read-only path).
+  // Stage X's rows once for all the block's tiles (written by the kernel before: cp.async goes
+  // through L2, not the read-only path).
   {
     const int64_t K4 = K / 4;
     for (int t = 0; t < T; ++t) {
@@ -350,36 +359,51 @@ __global__ void __launch_bounds__(kWarps * 32, kOut == 1 ? 2 : 1)
       accum(t, wv, xs[2 * tt * K8 + k8], xs[(2 * tt + 1) * K8 + k8], g[0], g[1]);
     }
   };
+  // Every tile repeats the same arithmetic for its columns (x² sums included), so a column's
+  // result does not depend on which block or iteration computed it.
+  for (; tile < tiles; tile += gridDim.x) {
 #pragma unroll
-  for (int i = 0; i < kPre; ++i) {
-    if (lane + 32 * i < K8) step(lane + 32 * i, pre[i], gpre[i]);
-  }
-  uint4 wcur[kRows];
-  float4 gcur[2] = {one, one};
-  load_step(lane + 32 * kPre, wcur, gcur);
-  for (int64_t k8 = lane + 32 * kPre; k8 < K8; k8 += 32) {
-    uint4 wnext[kRows];
-    float4 gnext[2] = {one, one};
-    load_step(k8 + 32, wnext, gnext);
-    step(k8, wcur, gcur);
+    for (int t = 0; t < TC; ++t) {
 #pragma unroll
-    for (int j = 0; j < kRows; ++j) wcur[j] = wnext[j];
-    gcur[0] = gnext[0], gcur[1] = gnext[1];
-  }
+      for (int j = 0; j < kRows; ++j) acc[j][t] = 0.0f;
+      if constexpr (kNormed) sumsq[t] = 0.0f;
+    }
+    uint4 wcur[kRows];
+    float4 gcur[2] = {one, one};
+    load_step(lane + 32 * kPre, wcur, gcur);  // in flight while the pre steps compute
 #pragma unroll
-  for (int t = 0; t < TC; ++t) {
-    float inv = 1.0f;
-    if constexpr (kNormed) inv = inv_rms(sumsq[t], K, eps);
+    for (int i = 0; i < kPre; ++i) {
+      if (lane + 32 * i < K8) step(lane + 32 * i, pre[i], gpre[i]);
+    }
+    for (int64_t k8 = lane + 32 * kPre; k8 < K8; k8 += 32) {
+      uint4 wnext[kRows];
+      float4 gnext[2] = {one, one};
+      load_step(k8 + 32, wnext, gnext);
+      step(k8, wcur, gcur);
 #pragma unroll
-    for (int o = 0; o < kOut; ++o) {
-      float s = warp_sum(acc[o * kPer][t]);
-      if constexpr (kNormed) {
-        s = __fmul_rn(s, inv);
-        if constexpr (F == Fuse::kNormSwiGlu) s = swiglu(s, __fmul_rn(warp_sum(acc[o * kPer + 1][t]), inv));
-      }
-      if (lane == o && t < T && n0 + o < N) {
-        float* y = Y + t * ldy + n0 + o;
-        *y = accumulate ? __fadd_rn(*y, s) : s;
+      for (int j = 0; j < kRows; ++j) wcur[j] = wnext[j];
+      gcur[0] = gnext[0], gcur[1] = gnext[1];
+    }
+    const int64_t col = n0;
+    if (tile + gridDim.x < tiles) {  // the next tile's first steps load under this epilogue
+      point_at(tile + gridDim.x);
+      load_pre();
+    }
+#pragma unroll
+    for (int t = 0; t < TC; ++t) {
+      float inv = 1.0f;
+      if constexpr (kNormed) inv = inv_rms(sumsq[t], K, eps);
+#pragma unroll
+      for (int o = 0; o < kOut; ++o) {
+        float s = warp_sum(acc[o * kPer][t]);
+        if constexpr (kNormed) {
+          s = __fmul_rn(s, inv);
+          if constexpr (F == Fuse::kNormSwiGlu) s = swiglu(s, __fmul_rn(warp_sum(acc[o * kPer + 1][t]), inv));
+        }
+        if (lane == o && t < T && col + o < N) {
+          float* y = Y + t * ldy + col + o;
+          *y = accumulate ? __fadd_rn(*y, s) : s;
+        }
       }
     }
   }
@@ -406,9 +430,22 @@ bool launch_staged_as(const bf16_bits* W, int64_t N, int64_t K, const float* X, 
                            static_cast<int>(kStagedMaxBytes)) == cudaSuccess;
   if (!allowed) return false;
   const int64_t per_block = int64_t{kWarps} * kOut;
-  const auto blocks = static_cast<unsigned>((N + per_block - 1) / per_block);
-  launch_pdl(skinny_staged_kernel<TC, F, kOut>, dim3(blocks), dim3(kWarps * 32), static_cast<size_t>(T * K * 4), stream,
-             W, N, K, X, ld_x, T, Y, ldy, accumulate, gamma, eps);
+  const int64_t tiles = (N + per_block - 1) / per_block;
+  const auto smem = static_cast<size_t>(T * K * 4);
+  // One wave of blocks that loop over the tiles: each stages X once and keeps weight loads in
+  // flight across its tiles. One block a tile (the kernel before) ran SmolLM2's lm_head in ~11
+  // short waves at one block an SM, each paying the X staging and a DRAM round trip per step.
+  int device = 0, sms = 0, resident = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, skinny_staged_kernel<TC, F, kOut>, kWarps * 32, smem) !=
+          cudaSuccess ||
+      resident < 1) {
+    return false;
+  }
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>(tiles, int64_t{sms} * resident));
+  launch_pdl(skinny_staged_kernel<TC, F, kOut>, dim3(blocks), dim3(kWarps * 32), smem, stream, W, N, K, X, ld_x, T, Y,
+             ldy, accumulate, gamma, eps);
   return true;
 }
 
