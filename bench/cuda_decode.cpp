@@ -337,7 +337,7 @@ specula::Expected<nlohmann::json> time_long_verify(specula::CudaBackend& backend
       {"weight_bytes", weight_bytes},
       {"kv_dense_bytes", kv_dense_bytes},
       {"byte_floor_note",
-       "(weight bytes + KV bytes the verify reads: bf16 K/V rows, f32 block min/max for scoring) / "
+       "(weight bytes + KV bytes the verify reads: bf16 K/V rows, bf16 block min/max for scoring) / "
        "copy bandwidth; logits and activations not counted"},
       {"timing",
        "host wall time of forward() (ends with the logits on the host), median of 20 after 3 warm-ups, "

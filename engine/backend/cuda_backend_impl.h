@@ -151,7 +151,8 @@ using namespace cuda_detail;
 struct KvMemory {
   int64_t block_size = 0, rows = 0;  // rows: the physical capacity the buffers hold
   DeviceBuffer<bf16_bits> keys, values;
-  DeviceBuffer<float> kmin, kmax, split_partial;
+  DeviceBuffer<bf16_bits> kmin, kmax;  // block key min/max, bf16 and exact (cuda::PagedKvLayer)
+  DeviceBuffer<float> split_partial;
   DeviceBuffer<int32_t> table, split_counters;
   cuda::AttentionSplit split;
   std::map<int64_t, cudaGraphExec_t> graphs;

@@ -46,7 +46,7 @@ Status CudaSession::init() {
   n_blocks_ = mem_->rows / B_ + (mem_->rows % B_ != 0);
   const int64_t kv_per_layer = n_blocks_ * c.n_kv_heads * B_ * c.head_dim;
   const int64_t meta_per_layer = n_blocks_ * c.n_kv_heads * c.head_dim;
-  const uint64_t need = static_cast<uint64_t>(c.n_layers) * (2 * kv_per_layer * 2 + 2 * meta_per_layer * 4);
+  const uint64_t need = static_cast<uint64_t>(c.n_layers) * (2 * kv_per_layer * 2 + 2 * meta_per_layer * 2);
   if (auto ok = b_->check_free_memory(need, "a KV cache of " + std::to_string(mem_->rows) + " tokens"); !ok) return ok;
   if (auto ok = mem_->keys.allocate(c.n_layers * kv_per_layer, "KV keys"); !ok) return ok;
   if (auto ok = mem_->values.allocate(c.n_layers * kv_per_layer, "KV values"); !ok) return ok;
@@ -242,7 +242,7 @@ Status CudaSession::run_forward(std::span<const int32_t> tokens, std::span<const
   SPECULA_CUDA_TRY(cudaStreamSynchronize(s), "forward");
   if (ffn_sparse && context) report_sparse_ffn(T, *context);
   if (context && context->sparse && context->stats) {
-    // Bytes this backend reads: bf16 K and V rows, f32 block min/max for scoring.
+    // Bytes this backend reads: bf16 K and V rows, bf16 block min/max for scoring.
     const int64_t row_bytes = c.head_dim * 2 * 2;
     const int64_t dense_bytes = c.n_layers * c.n_kv_heads * committed_ * row_bytes;
     context->stats->kv_bytes_dense += dense_bytes;

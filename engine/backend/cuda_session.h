@@ -68,7 +68,7 @@ class CudaSession final : public BackendSession {
     int64_t committed = 0, nb = 0;  // committed rows and blocks
     cuda::SelectParams sp;
     std::vector<int32_t> order;     // kernel node i = forward row order[i]
-    int64_t meta_bytes = 0;         // f32 block min/max read by refresh layers' scoring
+    int64_t meta_bytes = 0;         // bf16 block min/max read by refresh layers' scoring
     int64_t dense_layer_bytes = 0;  // K/V of the layers that attend densely
     bool lists_on_host = false;     // the last refresh's lists, downloaded for the observer
     std::vector<int32_t> blocks, counts;

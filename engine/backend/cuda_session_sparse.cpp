@@ -150,6 +150,8 @@ Status CudaSession::planned_attention(SparsePlan& p, int l, const cuda::PagedKvL
   cuda::PagedKv pkv;
   pkv.k = kv.keys;
   pkv.v = kv.values;
+  pkv.block_min = kv.key_min;
+  pkv.block_max = kv.key_max;
   pkv.block_table = kv.block_table;
   pkv.kv_heads = kvh;
   const cuda::TreeQueries tq{sparse_q_.get(),
@@ -176,13 +178,11 @@ Status CudaSession::planned_attention(SparsePlan& p, int l, const cuda::PagedKvL
     return p.cfg ? observe_selection(p, l, T, false, true) : Status{};
   }
   if (!reuse) {
-    p.sp.block_min_f32 = kv.key_min;
-    p.sp.block_max_f32 = kv.key_max;
     lists_ = cuda::BlockLists{list_blocks_.get(), list_members_.get(), list_counts_.get(), 0, 0, 0};
     if (!cuda::select_blocks(pkv, tq, p.sp, &lists_, select_ws_.get(), select_ws_.size(), nullptr, s, &error)) {
       return failed("block selection");
     }
-    p.meta_bytes += c.n_kv_heads * p.nb * 2 * c.head_dim * 4;
+    p.meta_bytes += c.n_kv_heads * p.nb * 2 * c.head_dim * 2;
     if (!p.fast) {
       cuda::block_lists_to_visibility(lists_, static_cast<int>(T), kvh, static_cast<int>(p.nb), order_dev_.get(),
                                       visible_.get(), s);

@@ -70,13 +70,10 @@ struct SelectParams {
   int sink_blocks = 1;  // first blocks, always in
   int local_blocks = 2; // last prefix blocks before the tree, always in (tree blocks are always in)
   // The cache's layout where it differs from PagedKv's (select_blocks only; the attention kernels
-  // need 16-token blocks, head_dim 128): block size 8..128, head_dim 64 or 128, and f32 block
-  // min/max [num_blocks][Hk][head_dim] read instead of kv.block_min/max when given (the model
-  // backend's cache, engine/backend/cuda_session.cpp).
+  // need 16-token blocks, head_dim 128): block size 8..128, head_dim 64 or 128, block min/max
+  // [num_blocks][Hk][head_dim] (the model backend's cache, engine/backend/cuda_session.cpp).
   int block_size = kAttnBlockSize;
   int head_dim = kAttnHeadDim;
-  const float* block_min_f32 = nullptr;
-  const float* block_max_f32 = nullptr;
 };
 
 // Device scratch for one call; sizes come from the *_bytes functions. Callers own the memory.

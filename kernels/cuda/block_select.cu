@@ -56,12 +56,8 @@ Shape make_shape(const TreeQueries& tq, const SelectParams& sp) {
   return s;
 }
 
-// 16 bytes of metadata as floats: 4 f32 or 8 bf16.
-__device__ __forceinline__ void unpack16(const uint4& v, const float*, float* out) {
-  out[0] = __uint_as_float(v.x), out[1] = __uint_as_float(v.y), out[2] = __uint_as_float(v.z),
-  out[3] = __uint_as_float(v.w);
-}
-__device__ __forceinline__ void unpack16(const uint4& v, const __nv_bfloat16*, float* out) {
+// 16 bytes of bf16 metadata as 8 floats.
+__device__ __forceinline__ void unpack16(const uint4& v, float* out) {
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -76,17 +72,17 @@ constexpr int kScoreThreads = 256;
 // one row of kD + 1 floats per (min|max, block): the odd row stride puts the 32 lanes' reads of
 // one dimension in 32 distinct banks. The staging reads 16 bytes a load, all of a thread's loads
 // issued before the first store: with 4-byte loads one at a time the kernel was bound by loads in
-// flight (58 us a layer for Llama-8B's 34 MB of f32 metadata at 64K, ~11 us at copy speed;
+// flight (58 us a layer for Llama-8B's 34 MB of then-f32 metadata at 64K, ~11 us at copy speed;
 // bench/results/cuda_verify_8b_64k_profile_h100_2026-11-24.json). Rows are 16-byte aligned:
-// kD * sizeof(Meta) is a multiple of 128.
-template <int kD, class Meta>
+// kD * 2 bytes is a multiple of 128.
+template <int kD>
 __global__ void __launch_bounds__(kScoreThreads)
-    quest_score_kernel(const __nv_bfloat16* __restrict__ q, const Meta* __restrict__ bmin,
-                       const Meta* __restrict__ bmax, const int32_t* __restrict__ block_table, int kv_heads,
+    quest_score_kernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ bmin,
+                       const __nv_bfloat16* __restrict__ bmax, const int32_t* __restrict__ block_table, int kv_heads,
                        int q_heads, int selectors, int stride, int nblocks, int sink_blocks, int first_forced,
                        float* scores) {
-  constexpr int kVec = 16 / static_cast<int>(sizeof(Meta));  // values per 16-byte load
-  constexpr int kRowChunks = kD / kVec;                      // loads per (min|max, block) row
+  constexpr int kVec = 8;                // bf16 values per 16-byte load
+  constexpr int kRowChunks = kD / kVec;  // loads per (min|max, block) row
   constexpr int kChunks = kScoreBlocks * 2 * kRowChunks;
   constexpr int kPerThread = (kChunks + kScoreThreads - 1) / kScoreThreads;
   __shared__ float meta[2][kScoreBlocks][kD + 1];
@@ -109,7 +105,7 @@ __global__ void __launch_bounds__(kScoreThreads)
     if (i >= kChunks) break;
     const int blk = i / (2 * kRowChunks), which = i / kRowChunks % 2, d = i % kRowChunks * kVec;
     float v[kVec];
-    unpack16(raw[r], bmin, v);
+    unpack16(raw[r], v);
 #pragma unroll
     for (int j = 0; j < kVec; ++j) meta[which][blk][d + j] = v[j];
   }
@@ -134,7 +130,7 @@ __global__ void __launch_bounds__(kScoreThreads)
   }
 }
 
-// Row-per-thread scoring for bf16 metadata: thread b holds block b's min and max rows (kD / 2
+// Row-per-thread scoring: thread b holds block b's min and max rows (kD / 2
 // 32-bit words each, kD / 8 16-byte loads, all issued before the first use) in registers and
 // walks every selector, so all of a CTA's warps work where the staged kernel above has one warp a
 // selector (first_query: 1 of 8 warps busy, 31 us at 64K for 17 MB, latency-bound; ncu in
@@ -422,12 +418,9 @@ bool select_blocks(const PagedKv& kv, const TreeQueries& tq, const SelectParams&
     if (error) *error = "select_blocks: " + what;
     return false;
   };
-  const bool f32_meta = sp.block_min_f32 != nullptr;
   if (tq.nodes < 1 || tq.nodes > kAttnMaxNodes) return fail("nodes must be 1..64");
   if (kv.kv_heads < 1 || tq.q_heads % kv.kv_heads != 0) return fail("q_heads must be a multiple of kv_heads");
-  if ((f32_meta ? !sp.block_max_f32 : (!kv.block_min || !kv.block_max)) || !kv.block_table || !tq.q) {
-    return fail("null input pointer");
-  }
+  if (!kv.block_min || !kv.block_max || !kv.block_table || !tq.q) return fail("null input pointer");
   if (sp.top_k < 0 || sp.sink_blocks < 0 || sp.local_blocks < 0) return fail("negative top_k/sink/local");
   if (sp.head_dim != 64 && sp.head_dim != 128) return fail("head_dim " + std::to_string(sp.head_dim) + " (64 or 128)");
   if (sp.block_size < 8 || sp.block_size > 128)
@@ -455,15 +448,11 @@ bool select_blocks(const PagedKv& kv, const TreeQueries& tq, const SelectParams&
   const auto* q = reinterpret_cast<const __nv_bfloat16*>(tq.q);
   const auto* bmin = reinterpret_cast<const __nv_bfloat16*>(kv.block_min);
   const auto* bmax = reinterpret_cast<const __nv_bfloat16*>(kv.block_max);
-#define SPECULA_SCORE(D, MIN, MAX)                                                                                  \
-  quest_score_kernel<D><<<score_grid, kScoreThreads, 0, st>>>(q, MIN, MAX, kv.block_table, kv.kv_heads, tq.q_heads, \
-                                                              s.selectors, s.stride, s.nblocks, sp.sink_blocks,     \
-                                                              s.first_forced, scores)
-  // SPECULA_SELECT_SCORE=staged keeps bf16 metadata on the staged kernel (A/B against the rows kernel).
+  // SPECULA_SELECT_SCORE=staged keeps every call on the staged kernel (A/B against the rows kernel).
   // Read every call, so that a test can compare the two kernels in one process.
   const char* score_env = std::getenv("SPECULA_SELECT_SCORE");
   const bool force_staged = score_env && std::string(score_env) == "staged";
-  if (!f32_meta && !force_staged && s.selectors <= kRowsMaxSelectors) {
+  if (!force_staged && s.selectors <= kRowsMaxSelectors) {
     const dim3 rows_grid((s.nblocks + kRowThreads - 1) / kRowThreads, kv.kv_heads);
     if (sp.head_dim == 128) {
       quest_score_rows_kernel<128><<<rows_grid, kRowThreads, 0, st>>>(q, bmin, bmax, kv.block_table, kv.kv_heads,
@@ -475,17 +464,14 @@ bool select_blocks(const PagedKv& kv, const TreeQueries& tq, const SelectParams&
                                                                      sp.sink_blocks, s.first_forced, scores);
     }
   } else if (sp.head_dim == 128) {
-    if (f32_meta)
-      SPECULA_SCORE(128, sp.block_min_f32, sp.block_max_f32);
-    else
-      SPECULA_SCORE(128, bmin, bmax);
+    quest_score_kernel<128><<<score_grid, kScoreThreads, 0, st>>>(q, bmin, bmax, kv.block_table, kv.kv_heads,
+                                                                  tq.q_heads, s.selectors, s.stride, s.nblocks,
+                                                                  sp.sink_blocks, s.first_forced, scores);
   } else {
-    if (f32_meta)
-      SPECULA_SCORE(64, sp.block_min_f32, sp.block_max_f32);
-    else
-      SPECULA_SCORE(64, bmin, bmax);
+    quest_score_kernel<64><<<score_grid, kScoreThreads, 0, st>>>(q, bmin, bmax, kv.block_table, kv.kv_heads, tq.q_heads,
+                                                                 s.selectors, s.stride, s.nblocks, sp.sink_blocks,
+                                                                 s.first_forced, scores);
   }
-#undef SPECULA_SCORE
   if (scores_copy) cudaMemcpyAsync(scores_copy, scores, L.n * sizeof(float), cudaMemcpyDeviceToDevice, st);
   if (key_bytes > 48 * 1024) {
     cudaFuncSetAttribute(top_k_select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(key_bytes));

@@ -30,6 +30,19 @@ __device__ __forceinline__ int64_t slot_row(const PagedKvLayer& kv, int64_t row,
   return ((phys * kv.n_kv_heads + head) * kv.block_size + row % kv.block_size) * kv.head_dim;
 }
 
+// Folds a new key into its block's bf16 min/max at element i, as model_ops.cu's update_min_max
+// (exact: both operands are bf16; kernels/cuda/model_ops.h, PagedKvLayer).
+__device__ __forceinline__ void update_min_max(const PagedKvLayer& kv, int64_t i, bf16_bits key, bool first_in_block) {
+  if (first_in_block) {
+    kv.key_min[i] = key;
+    kv.key_max[i] = key;
+    return;
+  }
+  const float k = bf(key);
+  kv.key_min[i] = to_bf(fminf(bf(kv.key_min[i]), k));
+  kv.key_max[i] = to_bf(fmaxf(bf(kv.key_max[i]), k));
+}
+
 // One chunk of 32 keys (a lane's score s, -inf where it sees none, and its value row vrow) into a
 // warp's running max m, sum l and weighted values acc. Lane = (row group g, 8-dim slice): rows g,
 // g + G, ... of the chunk, dims slice·8..+8. Both kernels below take it, in attention_kernel's
@@ -161,11 +174,8 @@ __global__ void __launch_bounds__(kWarps * 32)
         const int64_t meta =
             (static_cast<int64_t>(kv.block_table[first_new / kv.block_size]) * kv.n_kv_heads + kvh) * kHd;
         const bool first_in_block = first_new % kv.block_size == 0;
-        const float f0 = bf(k0), f1 = bf(k1);
-        kv.key_min[meta + pa] = first_in_block ? f0 : fminf(kv.key_min[meta + pa], f0);
-        kv.key_max[meta + pa] = first_in_block ? f0 : fmaxf(kv.key_max[meta + pa], f0);
-        kv.key_min[meta + pb] = first_in_block ? f1 : fminf(kv.key_min[meta + pb], f1);
-        kv.key_max[meta + pb] = first_in_block ? f1 : fmaxf(kv.key_max[meta + pb], f1);
+        update_min_max(kv, meta + pa, k0, first_in_block);
+        update_min_max(kv, meta + pb, k1, first_in_block);
       }
     }
   }

@@ -20,13 +20,16 @@ using bf16_bits = uint16_t;
 
 // One layer of a paged KV cache. Physical block p of KV head h holds, for rows r in [0, B):
 // keys[((p·n_kv_heads + h)·B + r)·head_dim + d] (bf16), likewise values, and
-// key_min/key_max[(p·n_kv_heads + h)·head_dim + d] (f32, over the rows present).
+// key_min/key_max[(p·n_kv_heads + h)·head_dim + d] (bf16, over the rows present).
+// The min or max of bf16 keys is one of those keys, so bf16 holds it exactly (the writers compare
+// in f32, where every bf16 is exact, and round the result back, which changes nothing): the
+// metadata loses nothing against f32 and the block scoring reads half the bytes.
 // block_table maps a sequence's logical block to its physical block (device memory).
 struct PagedKvLayer {
   bf16_bits* keys = nullptr;
   bf16_bits* values = nullptr;
-  float* key_min = nullptr;
-  float* key_max = nullptr;
+  bf16_bits* key_min = nullptr;
+  bf16_bits* key_max = nullptr;
   const int32_t* block_table = nullptr;
   int64_t n_kv_heads = 0;
   int64_t head_dim = 0;

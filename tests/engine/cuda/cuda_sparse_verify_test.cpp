@@ -3,8 +3,9 @@
 // (relative L2) and each row's selected blocks per layer (Jaccard, from the observer's
 // LayerSelectionEvents that both backends emit). The CPU keeps K/V in bf16 (Precision::
 // Bf16Storage) and scores in f32 from f32 queries; the CUDA side scores bf16 queries against its
-// f32 block min/max, so blocks whose Quest bounds nearly tie may flip: the bounds below allow
-// some of that, and the test prints the measured values.
+// bf16 block min/max (the same values as the CPU's f32 ones: each is one of the bf16 keys), so
+// blocks whose Quest bounds nearly tie may flip: the bounds below allow some of that, and the
+// test prints the measured values.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -166,8 +167,8 @@ TEST_F(CudaSparseVerify, LogitsAndSelectionsMatchTheCpuInEveryQueryMode) {
     EXPECT_LT(err, 4e-2) << to_string(mode);
     EXPECT_GT(jac_sum / compared, 0.9) << to_string(mode);
     // Both backends count what a kernel sharing loads as the mode allows must read
-    // (engine/sparse/sparse_attention.cpp); the CUDA one counts bf16 K/V and f32 metadata where
-    // the CPU counts f32 throughout, so the metadata weighs a little more. Per-query and the
+    // (engine/sparse/sparse_attention.cpp); the CUDA one counts bf16 K/V and metadata where the
+    // CPU counts f32 throughout, the same proportions. Per-query and the
     // group modes load per row or per group: on this short prompt with a tree of many rows they
     // read more than one shared dense pass (the CPU's figure says so too), which is the point of
     // SSV's group-union. Only the first-query mode must read less than dense here.

@@ -70,17 +70,17 @@ std::vector<T> download(const T* d, size_t n) {
 }
 
 // A paged KV layer on the device: `blocks` blocks of B rows for kv_heads heads of hd, the given
-// block table, every key and value set to `fill` (bf16 bits; NaN by default, so a row read
-// before it is written shows) and the block min/max to `meta_fill`. Freed with the object.
+// block table, every key and value set to `fill` and the block min/max to `meta_fill` (bf16
+// bits; NaN by default, so a row read before it is written shows). Freed with the object.
 struct DevicePagedKv {
   PagedKvLayer kv;
   int64_t n_kv = 0, n_meta = 0;  // elements of keys (and values), of key_min (and key_max)
   DevicePagedKv(int64_t blocks, int64_t kv_heads, int64_t B, int64_t hd, const std::vector<int32_t>& table,
-                uint16_t fill = 0x7fc0, float meta_fill = NAN) {
+                uint16_t fill = 0x7fc0, uint16_t meta_fill = 0x7fc0) {
     n_kv = blocks * kv_heads * B * hd;
     n_meta = blocks * kv_heads * hd;
     const std::vector<uint16_t> rows(static_cast<size_t>(n_kv), fill);
-    const std::vector<float> meta(static_cast<size_t>(n_meta), meta_fill);
+    const std::vector<uint16_t> meta(static_cast<size_t>(n_meta), meta_fill);
     kv.keys = upload(rows);
     kv.values = upload(rows);
     kv.key_min = upload(meta);

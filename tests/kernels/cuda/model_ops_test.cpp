@@ -19,11 +19,35 @@ namespace specula::cuda {
 namespace {
 
 float bf_round(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+uint16_t bf16_bits_of(float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
 
 using testing::download;
 using testing::upload;
 
 using ModelOpsTest = testing::GpuRandomTest;
+
+// The cache's bf16 block min/max equal, bit for bit, the min/max the CPU takes over the keys the
+// cache holds (rows [0, rows), logical block b at physical table[b]).
+void expect_min_max_of_cached_keys(const testing::DevicePagedKv& cache, const std::vector<int32_t>& table,
+                                   int64_t rows) {
+  const PagedKvLayer& kv = cache.kv;
+  const int64_t B = kv.block_size, hd = kv.head_dim, heads = kv.n_kv_heads;
+  const auto keys = download(kv.keys, cache.n_kv);
+  const auto kmin = download(kv.key_min, cache.n_meta), kmax = download(kv.key_max, cache.n_meta);
+  for (int64_t b = 0; b * B < rows; ++b)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t d = 0; d < hd; ++d) {
+        const int64_t block = table[b] * heads + h;
+        float lo = INFINITY, hi = -INFINITY;
+        for (int64_t r = b * B; r < std::min(rows, (b + 1) * B); ++r) {
+          const float k = __bfloat162float(__ushort_as_bfloat16(keys[(block * B + r % B) * hd + d]));
+          lo = std::min(lo, k);
+          hi = std::max(hi, k);
+        }
+        ASSERT_EQ(kmin[block * hd + d], bf16_bits_of(lo)) << "block " << b << " head " << h << " dim " << d;
+        ASSERT_EQ(kmax[block * hd + d], bf16_bits_of(hi)) << "block " << b << " head " << h << " dim " << d;
+      }
+}
 
 TEST_F(ModelOpsTest, RmsNormSwiGluRopeMatchCpu) {
   const int64_t T = 5, dim = 576, ffn = 1536, heads = 9, kv_heads = 3, hd = 64;
@@ -170,7 +194,8 @@ TEST_F(ModelOpsTest, PagedAppendMinMaxAndMaskedAttentionMatchCpu) {
     // The reference reads the same bf16 keys and values; only f32 arithmetic differs.
     EXPECT_LT(err, 1e-4);
   }
-  // Block min/max over the rows present, per (block, head, dim).
+  // Block min/max over the rows present, per (block, head, dim): the bf16 bits of the CPU's f32
+  // min/max of the bf16 keys, exactly (a min of bf16 values is one of them, so bf16 holds it).
   auto kmin = download(kv.key_min, cache.n_meta), kmax = download(kv.key_max, cache.n_meta);
   for (int64_t b = 0; b * B < rows; ++b)
     for (int64_t g = 0; g < kv_heads; ++g)
@@ -181,8 +206,8 @@ TEST_F(ModelOpsTest, PagedAppendMinMaxAndMaskedAttentionMatchCpu) {
           hi = std::max(hi, bf_round(all[r * ld + qd + g * hd + k]));
         }
         const int64_t m = (table[b] * kv_heads + g) * hd + k;
-        ASSERT_EQ(kmin[m], lo) << "block " << b;
-        ASSERT_EQ(kmax[m], hi) << "block " << b;
+        ASSERT_EQ(kmin[m], bf16_bits_of(lo)) << "block " << b << " head " << g << " dim " << k;
+        ASSERT_EQ(kmax[m], bf16_bits_of(hi)) << "block " << b << " head " << g << " dim " << k;
       }
   cudaFree(dall);
   cudaFree(dmask);
@@ -200,8 +225,8 @@ TEST_F(ModelOpsTest, FusedDecodeRopeAppendEqualsTheSeparateLaunches) {
       const int64_t heads = 6, kv_heads = 2, B = 16, blocks = 3, steps = 40;
       const int64_t qd = heads * hd, kvd = kv_heads * hd, ld = qd + 2 * kvd;
       const std::vector<int32_t> table = {1, 2, 0};
-      testing::DevicePagedKv separate_cache(blocks, kv_heads, B, hd, table, 0, 0.0f),
-          fused_cache(blocks, kv_heads, B, hd, table, 0, 0.0f), deferred_cache(blocks, kv_heads, B, hd, table, 0, 0.0f);
+      testing::DevicePagedKv separate_cache(blocks, kv_heads, B, hd, table, 0, 0),
+          fused_cache(blocks, kv_heads, B, hd, table, 0, 0), deferred_cache(blocks, kv_heads, B, hd, table, 0, 0);
       PagedKvLayer &separate = separate_cache.kv, &fused = fused_cache.kv, &deferred = deferred_cache.kv;
       float *qa = nullptr, *qb = nullptr;
       int32_t *step = nullptr, *pos = nullptr;
@@ -268,6 +293,7 @@ TEST_F(ModelOpsTest, FusedDecodeRopeAppendEqualsTheSeparateLaunches) {
       EXPECT_EQ(download(separate.keys, n_kv), download(fused.keys, n_kv)) << "hd " << hd;
       EXPECT_EQ(download(separate.values, n_kv), download(fused.values, n_kv)) << "hd " << hd;
       // Every block holds rows (45 rows over 3 blocks of 16), so all metadata is live.
+      expect_min_max_of_cached_keys(fused_cache, table, steps + 5);
       EXPECT_EQ(download(separate.key_min, n_meta), download(fused.key_min, n_meta)) << "hd " << hd;
       EXPECT_EQ(download(separate.key_max, n_meta), download(fused.key_max, n_meta)) << "hd " << hd;
       EXPECT_EQ(download(deferred.keys, n_kv), download(fused.keys, n_kv)) << "hd " << hd;
@@ -384,8 +410,8 @@ TEST_F(ModelOpsTest, RopeAppendHalvesEqualsAddThenRopeAppend) {
       const int64_t T = 61, heads = 8, kv_heads = 2, B = 16, blocks = 5, first_new = 5;
       const int64_t qd = heads * hd, kvd = kv_heads * hd, ld = qd + 2 * kvd;
       const std::vector<int32_t> table = {3, 1, 4, 0, 2};
-      testing::DevicePagedKv plain_cache(blocks, kv_heads, B, hd, table, 0, 0.0f),
-          halves_cache(blocks, kv_heads, B, hd, table, 0, 0.0f);
+      testing::DevicePagedKv plain_cache(blocks, kv_heads, B, hd, table, 0, 0),
+          halves_cache(blocks, kv_heads, B, hd, table, 0, 0);
       const auto y2 = random(2 * T * ld, 2.0f);
       std::vector<float> summed(T * ld);
       for (int64_t i = 0; i < T * ld; ++i) summed[i] = y2[i] + y2[T * ld + i];
