@@ -209,7 +209,13 @@ Status CudaBackend::Impl::cublas_bf16(const bf16_bits* W, int64_t N, int64_t K, 
 Status CudaBackend::Impl::gemm_norm(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t T,
                                     const float* gamma, float* Y, int64_t ldy, bool head) {
   const GemmRoute r = route(N, K, T, head);
-  if (r == GemmRoute::kSkinny && cuda::skinny_gemm_norm(W, N, K, X, K, T, gamma, cfg.rms_eps, Y, ldy, stream)) {
+  // Not for the logits GEMM: there every warp of the fused kernel re-sums its row's x² and scales
+  // by gamma for one of 49152 columns (SmolLM2), which cost more than a kernel of its own: lm_head
+  // 34.5 us fused against 20.6 plain at one row, 45.7 against 24.4 at two
+  // (bench/results/skinny_lm_head_s11_h100_2026-11-25.json). Decode and verify rows take the same
+  // path, so a verify row still equals the decode step's bit for bit.
+  if (r == GemmRoute::kSkinny && !head &&
+      cuda::skinny_gemm_norm(W, N, K, X, K, T, gamma, cfg.rms_eps, Y, ldy, stream)) {
     return {};
   }
   if (r == GemmRoute::kTensorCore && cuda::skinny_gemm_tc_norm(W, N, K, X, K, T, gamma, cfg.rms_eps, Y, ldy, stream)) {
