@@ -467,13 +467,16 @@ bool launch_staged(const bf16_bits* W, int64_t N, int64_t K, const float* X, int
 // took 60 / 79 / 103 / 140 us at 5 / 8 / 11 / 16 rows against 79 / 117 / 191 / 217 with X
 // through L1 (a quarter of the activation reads), but the layers' small matrices (576-3072
 // columns) ran slower staged at every row count (e.g. gate_up at 2 rows 3.1 us → 6.2-10.8):
-// there the register kernel's short latency wins (bench/results/cuda_verify_rows_s10_*).
-bool staged_fits(int64_t N, int64_t K, int rows, Fuse f) {
+// there the register kernel's short latency wins (bench/results/cuda_verify_rows_s10_*). Since
+// the kernel loops over tiles in one wave (session 11), the plain lm_head (the backend's, with
+// RMSNorm as its own kernel) pays from 3 rows: 28.5 / 33.8 us at 3 / 4 rows against 31.7 / 46.0
+// through L1; at 2 rows L1 still wins, 24.4 against 27.4 (bench/results/skinny_lm_head_s11_*).
+bool staged_fits(int64_t N, int64_t K, int rows) {
   if (g_outputs_per_warp < 0 || rows < 2 || rows > kStagedMaxRows || K > 2048 || rows * K * 4 > kStagedMaxBytes) {
     return false;
   }
   if (g_outputs_per_warp > 0) return true;
-  return N >= 8448 && rows >= (f == Fuse::kPlain ? 5 : 3);
+  return N >= 8448 && rows >= 3;
 }
 
 template <Fuse F, int TC>
@@ -541,7 +544,7 @@ bool run(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld_x,
     float* y = Y + t0 * ldy;
     // Every row count of a short verify (2..6: a chain of 1..5 drafted tokens) has its own
     // kernel: a kernel for more rows does the products of the rows past T too.
-    if (staged_fits(N, K, rows, F)) {
+    if (staged_fits(N, K, rows)) {
       bool launched = false;
       if (rows == 2) {
         launched = launch_staged<F, 2>(W, N, K, x, ld_x, rows, y, ldy, accumulate, gamma, eps, stream);
