@@ -3,18 +3,21 @@
 
 #include "kernels/cuda/attention_combine.cuh"
 #include "kernels/cuda/decode_attention.h"
+#include "kernels/cuda/paged_kv.cuh"
 #include "kernels/cuda/pdl.cuh"
 
 namespace specula::cuda {
 namespace {
 
+using paged_kv::bf;
+using paged_kv::slot_row;
+using paged_kv::to_bf;
+using paged_kv::update_min_max;
+
 // The same block shape, chunking and arithmetic order as model_ops.cu's attention_kernel (for
 // kHd 64 and 128), so the two paths give the same bits; what differs is where the new row
 // comes from and what happens before the wait.
 constexpr int kWarps = 4;
-
-__device__ __forceinline__ float bf(bf16_bits v) { return __bfloat162float(__ushort_as_bfloat16(v)); }
-__device__ __forceinline__ bf16_bits to_bf(float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
 
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -23,24 +26,6 @@ __device__ __forceinline__ float warp_sum(float v) {
 __device__ __forceinline__ float warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
-}
-
-__device__ __forceinline__ int64_t slot_row(const PagedKvLayer& kv, int64_t row, int64_t head) {
-  const int64_t phys = kv.block_table[row / kv.block_size];
-  return ((phys * kv.n_kv_heads + head) * kv.block_size + row % kv.block_size) * kv.head_dim;
-}
-
-// Folds a new key into its block's bf16 min/max at element i, as model_ops.cu's update_min_max
-// (exact: both operands are bf16; kernels/cuda/model_ops.h, PagedKvLayer).
-__device__ __forceinline__ void update_min_max(const PagedKvLayer& kv, int64_t i, bf16_bits key, bool first_in_block) {
-  if (first_in_block) {
-    kv.key_min[i] = key;
-    kv.key_max[i] = key;
-    return;
-  }
-  const float k = bf(key);
-  kv.key_min[i] = to_bf(fminf(bf(kv.key_min[i]), k));
-  kv.key_max[i] = to_bf(fmaxf(bf(kv.key_max[i]), k));
 }
 
 // One chunk of 32 keys (a lane's score s, -inf where it sees none, and its value row vrow) into a

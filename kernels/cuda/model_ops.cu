@@ -7,13 +7,16 @@
 
 #include "kernels/cuda/attention_combine.cuh"
 #include "kernels/cuda/model_ops.h"
+#include "kernels/cuda/paged_kv.cuh"
 #include "kernels/cuda/pdl.cuh"
 
 namespace specula::cuda {
 namespace {
 
-__device__ __forceinline__ float bf(bf16_bits v) { return __bfloat162float(__ushort_as_bfloat16(v)); }
-__device__ __forceinline__ bf16_bits to_bf(float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
+using paged_kv::bf;
+using paged_kv::slot_row;
+using paged_kv::to_bf;
+using paged_kv::update_min_max;
 
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -178,24 +181,6 @@ __global__ void rope_kernel(float* __restrict__ qkv, int64_t ld, int64_t heads, 
 
 // Indices into a device step array (model_ops.h: the *_at launches).
 constexpr int kStepCommitted = 0, kStepFirstNew = 1;
-
-__device__ __forceinline__ int64_t slot_row(const PagedKvLayer& kv, int64_t row, int64_t head) {
-  const int64_t phys = kv.block_table[row / kv.block_size];
-  return ((phys * kv.n_kv_heads + head) * kv.block_size + row % kv.block_size) * kv.head_dim;
-}
-
-// Folds a new key into its block's min/max at element i (the first row of a block starts it).
-// Compared in f32 and stored as bf16: exact, as both operands are bf16 (PagedKvLayer says why).
-__device__ __forceinline__ void update_min_max(const PagedKvLayer& kv, int64_t i, bf16_bits key, bool first_in_block) {
-  if (first_in_block) {
-    kv.key_min[i] = key;
-    kv.key_max[i] = key;
-    return;
-  }
-  const float k = bf(key);
-  kv.key_min[i] = to_bf(fminf(bf(kv.key_min[i]), k));
-  kv.key_max[i] = to_bf(fmaxf(bf(kv.key_max[i]), k));
-}
 
 // grid (T, n_kv_heads), threads over head_dim.
 __global__ void kv_append_kernel(PagedKvLayer kv, const float* __restrict__ qkv, int64_t ld, int64_t k_col,
