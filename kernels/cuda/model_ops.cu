@@ -644,14 +644,11 @@ void attention_at(const float* q, int64_t ld_q, int64_t T, int64_t n_heads, cons
 
 AttentionSplit attention_split_for(int64_t max_rows, int64_t head_dim) {
   AttentionSplit split;
-  // A block reads at least 128 rows (one chunk a warp): a block walks its chunks one after the
-  // other, each a dependent chain of key and value loads, so at 769 prompt tokens (4 splits of
-  // 256) the decode step's attention took ~11 us a layer against ~5.5 at a short context
-  // (bench/results/cuda_decode_context_s11_h100_2026-11-25.json). Caches of up to 256 rows keep
-  // one block (no merge). At most 64 splits (the workspace grows with them).
-  constexpr int64_t kRowsPerBlock = kAttnWarps * 32;
-  if (max_rows <= 2 * kRowsPerBlock) return split;
+  // A block reads at least 256 rows (2 chunks a warp); at most 64 splits (the workspace grows
+  // with them).
+  constexpr int64_t kRowsPerBlock = kAttnWarps * 32 * 2;
   const int64_t splits = std::min<int64_t>(64, (max_rows + kRowsPerBlock - 1) / kRowsPerBlock);
+  if (splits <= 1) return split;
   split.splits = static_cast<int>(splits);
   split.rows_per_split = ((max_rows + splits - 1) / splits + 31) / 32 * 32;
   split.partial_floats_per_pair = splits * (head_dim + 2);
