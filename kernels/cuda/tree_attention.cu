@@ -7,6 +7,8 @@
 // the online softmax in registers, once per stage of NB x 16 keys. A second kernel merges the chunks.
 // Hand-written rather than CUTLASS/FlashInfer: neither is a Debian package, and the tree mask plus
 // per-node block membership is not an option of theirs.
+#include <cuda.h>          // CUtensorMap (the wgmma tier's producer/consumer variant)
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -543,17 +545,18 @@ __global__ void __launch_bounds__(kMergeWarps * 32)
   *reinterpret_cast<uint2*>(out + (size_t(node) * a.q_heads + head) * D + lane * 4) = packed;
 }
 
+// The wgmma kernels: a fragment of this file's anonymous namespace (it uses KernelArgs and the helpers above).
+#include "kernels/cuda/tree_attention_wgmma.cuh"  // NOLINT(build/include)
+
 // One compiled configuration of the chunk kernel.
 struct Variant {
   const char* name;
   int mt, nb, stages, max_warps;
   bool qs;
   void (*kernel)(KernelArgs);
-  int warpgroups = 0;  // > 0: the wgmma kernel (tree_attention_wgmma.cuh), 64 rows a warpgroup
+  int warpgroups = 0;                     // > 0: the wgmma kernel (tree_attention_wgmma.cuh), 64 rows a warpgroup
+  void (*tma_kernel)(TmaArgs) = nullptr;  // set: the producer/consumer wgmma kernel (TMA loads)
 };
-
-// The wgmma kernel: a fragment of this file's anonymous namespace (it uses KernelArgs and the helpers above).
-#include "kernels/cuda/tree_attention_wgmma.cuh"  // NOLINT(build/include)
 
 constexpr Variant kVariants[] = {
     {"m1b4", 1, 4, 3, 8, false, tree_attention_chunk_kernel<1, 4, 4, 3, 8, false>},
@@ -561,6 +564,9 @@ constexpr Variant kVariants[] = {
     {"q2b4s4", 2, 4, 4, 8, true, tree_attention_chunk_kernel<2, 4, 4, 4, 8, true>},
     // wgmma: wgWsS = W warpgroups (64 rows each) a CTA, further rows on further CTAs; S stages.
     {"wg4s4", 1, wg::kNB, 4, 16, true, tree_attention_wgmma_kernel<4, 4, 1>, 4},
+    // wgmma with a producer warp (TMA loads, full/empty mbarriers): wg4pS = S slots in the ring.
+    {"wg4p4", 1, wg::kNB, 4, 16, true, nullptr, 4, tree_attention_wgmma_tma_kernel<4, 4>},
+    {"wg4p5", 1, wg::kNB, 5, 16, true, nullptr, 4, tree_attention_wgmma_tma_kernel<4, 5>},
 };
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
@@ -569,6 +575,7 @@ int variant_tile_rows(const Variant& v) { return v.warpgroups ? 64 : 16 * v.mt; 
 
 // The chunk kernel's shared memory: K/V stages, their metadata, then (QS) the CTA's Q rows.
 size_t variant_smem(const Variant& v, int cta_rows) {
+  if (v.tma_kernel) return wg::smem_bytes_tma(v.stages, (cta_rows + 63) / 64 * 64);
   if (v.warpgroups) return wg::smem_bytes(v.stages, (cta_rows + 63) / 64 * 64);
   const size_t stages =
       size_t(v.stages) * v.nb * (2 * kTile * sizeof(__nv_bfloat16) + sizeof(uint64_t) + sizeof(int32_t));
@@ -620,11 +627,13 @@ const DeviceShape& device_shape() {
     for (int i = 0; i < kNumVariants; ++i) {
       const Variant& v = kVariants[i];
       const int most = static_cast<int>(variant_smem(v, 16 * v.mt * v.max_warps));
-      cudaFuncSetAttribute(v.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
+      const void* fn =
+          v.tma_kernel ? reinterpret_cast<const void*>(v.tma_kernel) : reinterpret_cast<const void*>(v.kernel);
+      cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
       for (int w = 1; w <= kMaxRows / 16; ++w) {
         int n = 0;
         const size_t smem = variant_smem(v, 16 * v.mt * w);
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, v.kernel, w * 32, smem) != cudaSuccess) n = 1;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, w * 32, smem) != cudaSuccess) n = 1;
         shape.ctas_per_sm[i][w] = std::max(1, n);
       }
     }
@@ -674,6 +683,31 @@ Plan make_plan(const TreeQueries& tq, int kv_heads, int groups, int group_size, 
   const int per_chunk = (std::max(1, (max_blocks + chunks - 1) / chunks) + v.nb - 1) / v.nb * v.nb;
   p.chunks = std::max(1, (max_blocks + per_chunk - 1) / per_chunk);
   return p;
+}
+
+// K or V (paged: [physical block][kv head][B keys][D] bf16) as a 2D tensor map for the TMA
+// variant: D dims x rows (row (block x kv heads + head) x B + key, 256 B), box 64 dims x B keys,
+// 128B swizzle (the wgmma tiles' layout). The pool's block count is not known here (PagedKv has no
+// size), so the row extent is 2^31: rows past the pool are never addressed (the block table holds
+// only pool blocks), and the absent-block loads at row -B fall wholly outside, which reads zeros.
+bool encode_kv_map(CUtensorMap* map, const void* base) {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      fn = nullptr;
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  if (!encode) return false;
+  const cuuint64_t dims[2] = {cuuint64_t(D), cuuint64_t(1) << 31};
+  const cuuint64_t strides[1] = {cuuint64_t(D) * sizeof(__nv_bfloat16)};
+  const cuuint32_t box[2] = {64, cuuint32_t(B)};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box, elem_strides,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 bool check_queries(const PagedKv& kv, const TreeQueries& tq, std::string* error) {
@@ -732,8 +766,18 @@ bool launch(const PagedKv& kv, const TreeQueries& tq, const int32_t* blocks, con
   a.row_splits = p.row_splits;
   a.scale_log2 = tq.scale * 1.4426950408889634f;
   auto s = static_cast<cudaStream_t>(stream);
-  launch_pdl(kVariants[p.variant].kernel, dim3(p.chunks, kv.kv_heads, groups * p.row_splits), dim3(p.threads), p.smem,
-             s, a);
+  const dim3 grid(p.chunks, kv.kv_heads, groups * p.row_splits);
+  if (const auto tma_kernel = kVariants[p.variant].tma_kernel) {
+    TmaArgs t{};
+    t.a = a;
+    if (!encode_kv_map(&t.k_map, kv.k) || !encode_kv_map(&t.v_map, kv.v)) {
+      if (error) *error = "tree_attention: cuTensorMapEncodeTiled failed for the K/V tensor maps";
+      return false;
+    }
+    launch_pdl(tma_kernel, grid, dim3(p.threads), p.smem, s, t);
+  } else {
+    launch_pdl(kVariants[p.variant].kernel, grid, dim3(p.threads), p.smem, s, a);
+  }
   const int items = tq.nodes * tq.q_heads;
   const int split = merge_split(p.chunks), merge_rows = kMergeWarps / split;
   launch_pdl(tree_attention_merge_kernel, dim3((items + merge_rows - 1) / merge_rows), dim3(kMergeWarps * 32),
