@@ -554,8 +554,9 @@ struct Variant {
   int mt, nb, stages, max_warps;
   bool qs;
   void (*kernel)(KernelArgs);
-  int warpgroups = 0;                     // > 0: the wgmma kernel (tree_attention_wgmma.cuh), 64 rows a warpgroup
-  void (*tma_kernel)(TmaArgs) = nullptr;  // set: the producer/consumer wgmma kernel (TMA loads)
+  int warpgroups = 0;  // > 0: the wgmma kernel (tree_attention_wgmma.cuh), 64 rows a warpgroup
+  void (*tma_kernel)(KernelArgs, CUtensorMap,
+                     CUtensorMap) = nullptr;  // set: the producer/consumer wgmma kernel (TMA loads)
 };
 
 constexpr Variant kVariants[] = {
@@ -564,9 +565,12 @@ constexpr Variant kVariants[] = {
     {"q2b4s4", 2, 4, 4, 8, true, tree_attention_chunk_kernel<2, 4, 4, 4, 8, true>},
     // wgmma: wgWsS = W warpgroups (64 rows each) a CTA, further rows on further CTAs; S stages.
     {"wg4s4", 1, wg::kNB, 4, 16, true, tree_attention_wgmma_kernel<4, 4, 1>, 4},
-    // wgmma with a producer warp (TMA loads, full/empty mbarriers): wg4pS = S slots in the ring.
-    {"wg4p4", 1, wg::kNB, 4, 16, true, nullptr, 4, tree_attention_wgmma_tma_kernel<4, 4>},
-    {"wg4p5", 1, wg::kNB, 5, 16, true, nullptr, 4, tree_attention_wgmma_tma_kernel<4, 5>},
+    // wgmma with one producer (TMA loads, full/empty mbarriers): wg4pS = S slots in the ring, lS =
+    // refill lag (tree_attention_wgmma_tma_kernel's LAG; 1 where not named).
+    {"wg4p4", 1, wg::kNB, 4, 16, true, nullptr, 4, tree_attention_wgmma_tma_kernel<4, 4, 1>},
+    {"wg4p3", 1, wg::kNB, 3, 16, true, nullptr, 4, tree_attention_wgmma_tma_kernel<4, 3, 1>},
+    {"wg4p4l2", 1, wg::kNB, 4, 16, true, nullptr, 4, tree_attention_wgmma_tma_kernel<4, 4, 2>},
+    {"wg4p5l2", 1, wg::kNB, 5, 16, true, nullptr, 4, tree_attention_wgmma_tma_kernel<4, 5, 2>},
 };
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
@@ -768,13 +772,12 @@ bool launch(const PagedKv& kv, const TreeQueries& tq, const int32_t* blocks, con
   auto s = static_cast<cudaStream_t>(stream);
   const dim3 grid(p.chunks, kv.kv_heads, groups * p.row_splits);
   if (const auto tma_kernel = kVariants[p.variant].tma_kernel) {
-    TmaArgs t{};
-    t.a = a;
-    if (!encode_kv_map(&t.k_map, kv.k) || !encode_kv_map(&t.v_map, kv.v)) {
+    CUtensorMap k_map, v_map;
+    if (!encode_kv_map(&k_map, kv.k) || !encode_kv_map(&v_map, kv.v)) {
       if (error) *error = "tree_attention: cuTensorMapEncodeTiled failed for the K/V tensor maps";
       return false;
     }
-    launch_pdl(tma_kernel, grid, dim3(p.threads), p.smem, s, t);
+    launch_pdl(tma_kernel, grid, dim3(p.threads), p.smem, s, a, k_map, v_map);
   } else {
     launch_pdl(kVariants[p.variant].kernel, grid, dim3(p.threads), p.smem, s, a);
   }

@@ -403,12 +403,11 @@ __global__ void __launch_bounds__(WG * 128, MINB) tree_attention_wgmma_kernel(Ke
 // halves each, 16 keys x 128 B, written 128B-swizzled by the copy engine itself, so the tile layout
 // is the one above) that complete on the slot's `full` mbarrier. Every warp waits on `full`,
 // computes, and arrives on the slot's `empty` mbarrier; after its own stage st warp 0 waits until
-// every warp has left stage st - 1 and refills that slot with stage st - 1 + STAGES. So there is no
-// CTA barrier in the loop: the other warpgroups run up to STAGES - 1 stages ahead of warp 0's, and
-// one warpgroup's softmax overlaps another's wgmma. (A 17th, producer-only warp does not fit: 16
-// consumer warps at 128 registers fill the register file, and at 120 ptxas spills O around the MMAs.)
-// Absent blocks (a partial last stage) load from row -B: wholly outside the tensor map, so the
-// copy engine writes zeros (and still counts the bytes), as the zero fill above.
+// every warp has left stage st - LAG and refills that slot. So there is no CTA barrier in the loop:
+// warpgroups drift apart within the ring, and one warpgroup's softmax overlaps another's wgmma. (A 17th, producer-only
+// warp does not fit: 16 consumer warps at 128 registers fill the register file, and at 120 ptxas spills O around the
+// MMAs.) Absent blocks (a partial last stage) load from row -B: wholly outside the tensor map, so the copy engine
+// writes zeros (and still counts the bytes), as the zero fill above.
 namespace wg {
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
@@ -450,20 +449,17 @@ constexpr size_t smem_bytes_tma(int stages, int cta_rows) {
 
 }  // namespace wg
 
-// The kernel's parameters: K and V as 2D tensor maps (128 dims x every (physical block, kv head,
-// key) row, 256 B a row; box 64 dims x 16 keys, 128B swizzle), then the common arguments.
-struct TmaArgs {
-  CUtensorMap k_map, v_map;
-  KernelArgs a;
-};
-
-// WG warpgroups (64 rows each); STAGES slots in the ring.
-template <int WG, int STAGES>
-__global__ void __launch_bounds__(WG * 128, 1) tree_attention_wgmma_tma_kernel(const __grid_constant__ TmaArgs p) {
+// k_map, v_map: K and V as 2D tensor maps (128 dims x every (physical block, kv head, key) row,
+// 256 B a row; box 64 dims x 16 keys, 128B swizzle). WG warpgroups (64 rows each); STAGES slots in the ring; LAG: after
+// its stage st, warp 0 refills the slot of stage st - LAG (waiting until every warp has left it) with stage st - LAG +
+// STAGES, so loads run STAGES - LAG stages ahead of warp 0 and the other warps may be up to LAG stages behind it.
+template <int WG, int STAGES, int LAG>
+__global__ void __launch_bounds__(WG * 128, 1)
+    tree_attention_wgmma_tma_kernel(KernelArgs a, const __grid_constant__ CUtensorMap k_map,
+                                    const __grid_constant__ CUtensorMap v_map) {
   using namespace wg;
   constexpr int NB = kNB;
-  static_assert(STAGES >= 2, "a slot computed while the next loads");
-  const KernelArgs a = p.a;  // a copy: its fields stay constant-bank operands
+  static_assert(LAG >= 1 && STAGES - LAG >= 1, "a slot computed while the next loads");
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* base = smem_raw + ((1024 - (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023)) & 1023);
   auto* ks = reinterpret_cast<__nv_bfloat16*>(base);                            // [STAGES][2][kKeys][64]
@@ -513,8 +509,8 @@ __global__ void __launch_bounds__(WG * 128, 1) tree_attention_wgmma_tma_kernel(c
     __nv_bfloat16* vd = vs + slot * kStageElems + lane * B * 64;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      tma_load(kd + h * kKeys * 64, &p.k_map, h * 64, row, &full[slot]);
-      tma_load(vd + h * kKeys * 64, &p.v_map, h * 64, row, &full[slot]);
+      tma_load(kd + h * kKeys * 64, &k_map, h * 64, row, &full[slot]);
+      tma_load(vd + h * kKeys * 64, &v_map, h * 64, row, &full[slot]);
     }
     fetch(st + 1);
   };
@@ -524,7 +520,7 @@ __global__ void __launch_bounds__(WG * 128, 1) tree_attention_wgmma_tma_kernel(c
   __syncthreads();  // Q and the barriers' init visible to all
   if (producer) {
     fetch(0);
-    for (int st = 0; st < STAGES - 1 && st < n_stages; ++st) produce(st);
+    for (int st = 0; st < STAGES - LAG && st < n_stages; ++st) produce(st);
   }
 
   const int wgi = warp / 4, g = lane / 4, t = lane % 4;
@@ -551,8 +547,8 @@ __global__ void __launch_bounds__(WG * 128, 1) tree_attention_wgmma_tma_kernel(c
                   meta_members + slot * NB, row_node, t, m_run, l_run, o);
     __syncwarp();
     if (lane == 0) mbar_arrive(&empty[slot]);
-    // Refill the slot of stage st - 1 (the first round's last slot is fresh) with stage st - 1 + STAGES.
-    const int next = st + STAGES - 1;
+    // Refill the slot of stage st - LAG (the first round's last LAG slots are fresh).
+    const int next = st + STAGES - LAG;
     if (producer && next < n_stages) {
       if (next >= STAGES) mbar_wait(&empty[next % STAGES], (next / STAGES - 1) & 1);
       produce(next);
