@@ -555,8 +555,10 @@ struct Variant {
   bool qs;
   void (*kernel)(KernelArgs);
   int warpgroups = 0;  // > 0: the wgmma kernel (tree_attention_wgmma.cuh), 64 rows a warpgroup
-  void (*tma_kernel)(KernelArgs, CUtensorMap,
-                     CUtensorMap) = nullptr;  // set: the producer/consumer wgmma kernel (TMA loads)
+  // Set: the producer/consumer wgmma kernel (TMA loads); pipe: its PIPE (P through shared memory,
+  // the softmax under the previous stage's P V).
+  void (*tma_kernel)(KernelArgs, CUtensorMap, CUtensorMap) = nullptr;
+  bool pipe = false;
 };
 
 constexpr Variant kVariants[] = {
@@ -567,10 +569,12 @@ constexpr Variant kVariants[] = {
     {"wg4s4", 1, wg::kNB, 4, 16, true, tree_attention_wgmma_kernel<4, 4, 1>, 4},
     // wgmma with one producer (TMA loads, full/empty mbarriers): wg4pS = S slots in the ring, lS =
     // refill lag (tree_attention_wgmma_tma_kernel's LAG; 1 where not named).
-    {"wg4p4", 1, wg::kNB, 4, 16, true, nullptr, 4, tree_attention_wgmma_tma_kernel<4, 4, 1>},
-    {"wg4p3", 1, wg::kNB, 3, 16, true, nullptr, 4, tree_attention_wgmma_tma_kernel<4, 3, 1>},
-    {"wg4p4l2", 1, wg::kNB, 4, 16, true, nullptr, 4, tree_attention_wgmma_tma_kernel<4, 4, 2>},
-    {"wg4p5l2", 1, wg::kNB, 5, 16, true, nullptr, 4, tree_attention_wgmma_tma_kernel<4, 5, 2>},
+    {"wg4p4", 1, wg::kNB, 4, 16, true, nullptr, 4, tree_attention_wgmma_tma_kernel<4, 4, 1, false>},
+    {"wg4p4l2", 1, wg::kNB, 4, 16, true, nullptr, 4, tree_attention_wgmma_tma_kernel<4, 4, 2, false>},
+    // ... and stage st's softmax under stage st - 1's P V (P through shared memory): wg4oS, wg4oSl2.
+    {"wg4o4", 1, wg::kNB, 4, 16, true, nullptr, 4, tree_attention_wgmma_tma_kernel<4, 4, 1, true>, true},
+    {"wg4o4l2", 1, wg::kNB, 4, 16, true, nullptr, 4, tree_attention_wgmma_tma_kernel<4, 4, 2, true>, true},
+    {"wg4o3", 1, wg::kNB, 3, 16, true, nullptr, 4, tree_attention_wgmma_tma_kernel<4, 3, 1, true>, true},
 };
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
@@ -579,7 +583,7 @@ int variant_tile_rows(const Variant& v) { return v.warpgroups ? 64 : 16 * v.mt; 
 
 // The chunk kernel's shared memory: K/V stages, their metadata, then (QS) the CTA's Q rows.
 size_t variant_smem(const Variant& v, int cta_rows) {
-  if (v.tma_kernel) return wg::smem_bytes_tma(v.stages, (cta_rows + 63) / 64 * 64);
+  if (v.tma_kernel) return wg::smem_bytes_tma(v.stages, (cta_rows + 63) / 64 * 64, v.pipe);
   if (v.warpgroups) return wg::smem_bytes(v.stages, (cta_rows + 63) / 64 * 64);
   const size_t stages =
       size_t(v.stages) * v.nb * (2 * kTile * sizeof(__nv_bfloat16) + sizeof(uint64_t) + sizeof(int32_t));
