@@ -555,10 +555,7 @@ struct Variant {
   bool qs;
   void (*kernel)(KernelArgs);
   int warpgroups = 0;  // > 0: the wgmma kernel (tree_attention_wgmma.cuh), 64 rows a warpgroup
-  // Set: the producer/consumer wgmma kernel (TMA loads); pipe: its PIPE (P through shared memory,
-  // the softmax under the previous stage's P V).
-  void (*tma_kernel)(KernelArgs, CUtensorMap, CUtensorMap) = nullptr;
-  bool pipe = false;
+  void (*tma_kernel)(KernelArgs, CUtensorMap, CUtensorMap) = nullptr;  // set: the producer/consumer wgmma kernel
 };
 
 constexpr Variant kVariants[] = {
@@ -567,14 +564,8 @@ constexpr Variant kVariants[] = {
     {"q2b4s4", 2, 4, 4, 8, true, tree_attention_chunk_kernel<2, 4, 4, 4, 8, true>},
     // wgmma: wgWsS = W warpgroups (64 rows each) a CTA, further rows on further CTAs; S stages.
     {"wg4s4", 1, wg::kNB, 4, 16, true, tree_attention_wgmma_kernel<4, 4, 1>, 4},
-    // wgmma with one producer (TMA loads, full/empty mbarriers): wg4pS = S slots in the ring, lS =
-    // refill lag (tree_attention_wgmma_tma_kernel's LAG; 1 where not named).
-    {"wg4p4", 1, wg::kNB, 4, 16, true, nullptr, 4, tree_attention_wgmma_tma_kernel<4, 4, 1, false>},
-    {"wg4p4l2", 1, wg::kNB, 4, 16, true, nullptr, 4, tree_attention_wgmma_tma_kernel<4, 4, 2, false>},
-    // ... and stage st's softmax under stage st - 1's P V (P through shared memory): wg4oS, wg4oSl2.
-    {"wg4o4", 1, wg::kNB, 4, 16, true, nullptr, 4, tree_attention_wgmma_tma_kernel<4, 4, 1, true>, true},
-    {"wg4o4l2", 1, wg::kNB, 4, 16, true, nullptr, 4, tree_attention_wgmma_tma_kernel<4, 4, 2, true>, true},
-    {"wg4o3", 1, wg::kNB, 3, 16, true, nullptr, 4, tree_attention_wgmma_tma_kernel<4, 3, 1, true>, true},
+    // wgmma with one producer (TMA loads on full/empty mbarriers, no CTA barrier in the loop): S slots.
+    {"wg4p4", 1, wg::kNB, 4, 16, true, nullptr, 4, tree_attention_wgmma_tma_kernel<4, 4>},
 };
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
@@ -583,17 +574,20 @@ int variant_tile_rows(const Variant& v) { return v.warpgroups ? 64 : 16 * v.mt; 
 
 // The chunk kernel's shared memory: K/V stages, their metadata, then (QS) the CTA's Q rows.
 size_t variant_smem(const Variant& v, int cta_rows) {
-  if (v.tma_kernel) return wg::smem_bytes_tma(v.stages, (cta_rows + 63) / 64 * 64, v.pipe);
+  if (v.tma_kernel) return wg::smem_bytes_tma(v.stages, (cta_rows + 63) / 64 * 64);
   if (v.warpgroups) return wg::smem_bytes(v.stages, (cta_rows + 63) / 64 * 64);
   const size_t stages =
       size_t(v.stages) * v.nb * (2 * kTile * sizeof(__nv_bfloat16) + sizeof(uint64_t) + sizeof(int32_t));
   return (stages + 15) / 16 * 16 + (v.qs ? size_t(cta_rows) * kRowPad * sizeof(__nv_bfloat16) : 0);
 }
 
-// Variant choice by query rows a (group, kv head): <= 64 rows (16 nodes at GQA 4), <= 128, more
-// (wgmma on Hopper). SPECULA_TREE_ATTN=<a>,<b>,<c> overrides them (A/B timing on the device).
+// Variant choice by query rows a (group, kv head): <= 64 rows (16 nodes at GQA 4), <= 128, <= 192
+// (3 wgmma warpgroups), more (4). SPECULA_TREE_ATTN=<a>,<b>,<c>,<d> overrides them (A/B timing on
+// the device; a shorter list sets the first tiers only).
 struct Choice {
-  int tier[3] = {0, 1, 3};  // m1b4, q2b4w4, wg4s4
+  // m1b4, q2b4w4, wg4p4, wg4s4: the producer/consumer kernel wins at 3 warpgroups but not at 4
+  // (attention_notes.md, 11-25).
+  int tier[4] = {0, 1, 4, 3};
 };
 Choice variant_choice() {
   static const Choice choice = [] {
@@ -605,15 +599,15 @@ Choice variant_choice() {
     };
     if (const char* env = std::getenv("SPECULA_TREE_ATTN")) {
       const char* p = env;
-      for (int t = 0; t < 3 && *p; ++t) {
+      for (int t = 0; t < 4 && *p; ++t) {
         const char* comma = std::strchr(p, ',');
         const size_t n = comma ? size_t(comma - p) : std::strlen(p);
         const int v = find(p, n);
         if (v >= 0) c.tier[t] = v;
         p += n + (comma ? 1 : 0);
       }
-      std::fprintf(stderr, "tree_attention: SPECULA_TREE_ATTN=%s -> %s,%s,%s\n", env, kVariants[c.tier[0]].name,
-                   kVariants[c.tier[1]].name, kVariants[c.tier[2]].name);
+      std::fprintf(stderr, "tree_attention: SPECULA_TREE_ATTN=%s -> %s,%s,%s,%s\n", env, kVariants[c.tier[0]].name,
+                   kVariants[c.tier[1]].name, kVariants[c.tier[2]].name, kVariants[c.tier[3]].name);
     }
     return c;
   }();
@@ -662,7 +656,7 @@ Plan make_plan(const TreeQueries& tq, int kv_heads, int groups, int group_size, 
   const int gqa = tq.q_heads / kv_heads;
   p.rows = group_size * gqa;
   const Choice choice = variant_choice();
-  p.variant = choice.tier[p.rows <= 64 ? 0 : p.rows <= 128 ? 1 : 2];
+  p.variant = choice.tier[p.rows <= 64 ? 0 : p.rows <= 128 ? 1 : p.rows <= 192 ? 2 : 3];
   const Variant& v = kVariants[p.variant];
   const int tile_rows = variant_tile_rows(v);
   p.rows_pad = (p.rows + tile_rows - 1) / tile_rows * tile_rows;

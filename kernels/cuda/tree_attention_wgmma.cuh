@@ -403,7 +403,7 @@ __global__ void __launch_bounds__(WG * 128, MINB) tree_attention_wgmma_kernel(Ke
 // halves each, 16 keys x 128 B, written 128B-swizzled by the copy engine itself, so the tile layout
 // is the one above) that complete on the slot's `full` mbarrier. Every warp waits on `full`,
 // computes, and arrives on the slot's `empty` mbarrier; after its own stage st warp 0 waits until
-// every warp has left stage st - LAG and refills that slot. So there is no CTA barrier in the loop:
+// every warp has left stage st - 1 and refills that slot. So there is no CTA barrier in the loop:
 // warpgroups drift apart within the ring, and one warpgroup's softmax overlaps another's wgmma. (A 17th, producer-only
 // warp does not fit: 16 consumer warps at 128 registers fill the register file, and at 120 ptxas spills O around the
 // MMAs.) Absent blocks (a partial last stage) load from row -B: wholly outside the tensor map, so the copy engine
@@ -441,67 +441,32 @@ __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, int 
       : "memory");
 }
 
-// Shared memory of the producer/consumer kernel: the ring, Q and metadata as above, a full and an
-// empty mbarrier a slot, and (pipe) a warpgroup's P tile [64 rows][64 keys] bf16 a warpgroup.
-constexpr size_t smem_bytes_tma(int stages, int cta_rows, bool pipe) {
-  return (smem_bytes(stages, cta_rows) + 7) / 8 * 8 + size_t(stages) * 2 * sizeof(uint64_t) +
-         (pipe ? size_t(cta_rows) * kKeys * 2 : 0);
-}
-
-// d (64 x 128, f32) += A (64 x 16, smem, K-major) * B (16 x 128, smem, N-major).
-__device__ __forceinline__ void mma_pv_ss(float (&d)[64], uint64_t da, uint64_t db) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
-      "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "
-      "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, p, 1, 1, 0, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
-        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
-        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
-        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
-        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
-        "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(da), "l"(db));
-}
-
-// Four 8x8 bf16 matrices from registers (r[i]: row lane / 4, columns 2 (lane % 4) + {0, 1} of matrix
-// i) to the rows whose addresses lanes 8i..8i+7 give.
-__device__ __forceinline__ void stmatrix_x4(void* smem, const uint32_t (&r)[4]) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_u32(smem)), "r"(r[0]),
-               "r"(r[1]), "r"(r[2]), "r"(r[3])
-               : "memory");
-}
-
-// Barrier of one warpgroup's 128 threads (id 1 + warpgroup; 0 is __syncthreads').
-__device__ __forceinline__ void warpgroup_bar(int wgi) {
-  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wgi) : "memory");
+// Shared memory of the producer/consumer kernel: the ring, Q and metadata as above, then a full
+// and an empty mbarrier a slot.
+constexpr size_t smem_bytes_tma(int stages, int cta_rows) {
+  return (smem_bytes(stages, cta_rows) + 7) / 8 * 8 + size_t(stages) * 2 * sizeof(uint64_t);
 }
 
 }  // namespace wg
 
 // k_map, v_map: K and V as 2D tensor maps (128 dims x every (physical block, kv head, key) row,
-// 256 B a row; box 64 dims x 16 keys, 128B swizzle). WG warpgroups (64 rows each); STAGES slots in the ring; LAG: after
-// its stage st, warp 0 refills the slot of stage st - LAG (waiting until every warp has left it) with stage st - LAG +
-// STAGES, so loads run STAGES - LAG stages ahead of warp 0 and the other warps may be up to LAG stages behind it.
-template <int WG, int STAGES, int LAG, bool PIPE>
+// 256 B a row; box 64 dims x 16 keys, 128B swizzle). WG warpgroups (64 rows each); STAGES slots in
+// the ring. After its stage st, warp 0 refills the slot of stage st - 1 (waiting until every warp
+// has left it) with stage st - 1 + STAGES: loads run STAGES - 1 stages ahead of warp 0.
+template <int WG, int STAGES>
 __global__ void __launch_bounds__(WG * 128, 1)
     tree_attention_wgmma_tma_kernel(KernelArgs a, const __grid_constant__ CUtensorMap k_map,
                                     const __grid_constant__ CUtensorMap v_map) {
   using namespace wg;
   constexpr int NB = kNB;
-  static_assert(LAG >= 1 && STAGES - LAG >= 1, "a slot computed while the next loads");
+  static_assert(STAGES >= 2, "a slot computed while the next loads");
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* base = smem_raw + ((1024 - (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023)) & 1023);
-  auto* ks = reinterpret_cast<__nv_bfloat16*>(base);                                       // [STAGES][2][kKeys][64]
-  __nv_bfloat16* vs = ks + STAGES * kStageElems;                                           // [STAGES][2][kKeys][64]
-  __nv_bfloat16* qs = vs + STAGES * kStageElems;                                           // [2][cta_rows][64]
-  __nv_bfloat16* ps = qs + a.cta_rows * D;                                                 // PIPE: [WG][64][64]
-  auto* meta_members = reinterpret_cast<uint64_t*>(ps + (PIPE ? a.cta_rows * kKeys : 0));  // [STAGES][NB]
-  auto* meta_logical = reinterpret_cast<int32_t*>(meta_members + STAGES * NB);             // [STAGES][NB], -1: none
+  auto* ks = reinterpret_cast<__nv_bfloat16*>(base);                            // [STAGES][2][kKeys][64]
+  __nv_bfloat16* vs = ks + STAGES * kStageElems;                                // [STAGES][2][kKeys][64]
+  __nv_bfloat16* qs = vs + STAGES * kStageElems;                                // [2][cta_rows][64]
+  auto* meta_members = reinterpret_cast<uint64_t*>(qs + a.cta_rows * D);        // [STAGES][NB]
+  auto* meta_logical = reinterpret_cast<int32_t*>(meta_members + STAGES * NB);  // [STAGES][NB], -1: none
   auto* full = reinterpret_cast<uint64_t*>((reinterpret_cast<uintptr_t>(meta_logical + STAGES * NB) + 7) / 8 *
                                            8);  // [STAGES]: the slot is loaded
   uint64_t* empty = full + STAGES;              // [STAGES]: every warp is done with the slot
@@ -555,7 +520,7 @@ __global__ void __launch_bounds__(WG * 128, 1)
   __syncthreads();  // Q and the barriers' init visible to all
   if (producer) {
     fetch(0);
-    for (int st = 0; st < STAGES - LAG && st < n_stages; ++st) produce(st);
+    for (int st = 0; st < STAGES - 1 && st < n_stages; ++st) produce(st);
   }
 
   const int wgi = warp / 4, g = lane / 4, t = lane % 4;
@@ -575,112 +540,18 @@ __global__ void __launch_bounds__(WG * 128, 1)
   const uint64_t k_desc = desc(ks, 16, 1024);
   const uint64_t v_desc = desc(vs, kKeys * 64 * 2, 1024);
   const uint32_t q_half = a.cta_rows * 64 * 2 >> 4, stage = kStageElems * 2 >> 4;
-  // Refill after stage st (warp 0's lanes 0..NB-1): the slot of stage st - LAG, once every warp has
-  // left it (the first round's last LAG slots are fresh).
-  auto refill = [&](int st) {
-    const int next = st + STAGES - LAG;
+  for (int st = 0; st < n_stages; ++st) {
+    const int slot = st % STAGES;
+    mbar_wait(&full[slot], (st / STAGES) & 1);
+    stage_compute(a, q_desc, q_half, k_desc + slot * stage, v_desc + slot * stage, meta_logical + slot * NB,
+                  meta_members + slot * NB, row_node, t, m_run, l_run, o);
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&empty[slot]);
+    // Refill the slot of stage st - 1 (the first round's last slot is fresh).
+    const int next = st + STAGES - 1;
     if (producer && next < n_stages) {
       if (next >= STAGES) mbar_wait(&empty[next % STAGES], (next / STAGES - 1) & 1);
       produce(next);
-    }
-  };
-  if constexpr (!PIPE) {
-    for (int st = 0; st < n_stages; ++st) {
-      const int slot = st % STAGES;
-      mbar_wait(&full[slot], (st / STAGES) & 1);
-      stage_compute(a, q_desc, q_half, k_desc + slot * stage, v_desc + slot * stage, meta_logical + slot * NB,
-                    meta_members + slot * NB, row_node, t, m_run, l_run, o);
-      __syncwarp();
-      if (lane == 0) mbar_arrive(&empty[slot]);
-      refill(st);
-    }
-  } else {
-    // FA3's intra-warpgroup overlap: stage st's softmax runs while the tensor cores do stage st - 1's
-    // P V. P goes through shared memory (the warpgroup's [64][64] tile, 128B-swizzled K-major as Q),
-    // so no P registers are live across the softmax. The slot of stage st - 1 is released once that
-    // P V is done, during stage st.
-    constexpr uint32_t kv_half = kKeys * 64 * 2 >> 4, v_block = B * 64 * 2 >> 4;
-    __nv_bfloat16* p_tile = ps + wgi * 64 * kKeys;
-    const uint64_t p_desc = desc(p_tile, 16, 1024);
-    // stmatrix lane addresses: matrix i = lane / 8 holds rows (i & 1) * 8.. and keys (i >> 1) * 8.. of
-    // block b's 16 x 16 piece of this warp's 16 rows.
-    const int p_row = (warp % 4) * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), p_key = (lane >> 4) * 8;
-    // Stage st's S = Q K^T issued (not waited for).
-    auto issue_qk = [&](float(&s)[32], int slot) {
-      const uint64_t k_st = k_desc + slot * stage;
-      mma_qk_first(s, q_desc, k_st);
-#pragma unroll
-      for (int kk = 1; kk < 8; ++kk) {
-        const uint32_t off = (kk & 3) * 2;
-        mma_qk(s, q_desc + (kk >> 2) * q_half + off, k_st + (kk >> 2) * kv_half + off);
-      }
-      commit();
-    };
-    // The softmax of stage st's S (in slot `slot`); returns whether O needs the rescale by alpha.
-    auto softmax = [&](float(&s)[32], int slot, float(&alpha)[2]) {
-      int logical[NB];
-#pragma unroll
-      for (int b = 0; b < NB; ++b) logical[b] = meta_logical[slot * NB + b];
-      bool whole = a.list_blocks == nullptr;
-#pragma unroll
-      for (int b = 0; b < NB; ++b) whole = whole && logical[b] >= 0 && (logical[b] + 1) * B <= a.prefix_len;
-      return softmax_step<NB>(s, a, logical, meta_members + slot * NB, whole, row_node, t, m_run, l_run, alpha);
-    };
-    // P (stage st's probabilities, bf16) to the warpgroup's tile, published to the next P V.
-    auto store_p = [&](const float(&s)[32]) {
-#pragma unroll
-      for (int b = 0; b < NB; ++b) {
-        uint32_t pf[4];
-        pack_p<NB>(pf, s, b);
-        stmatrix_x4(p_tile + swz(64, p_row, b * B + p_key), pf);
-      }
-      fence_proxy_async();
-      warpgroup_bar(wgi);  // the whole 64 x 64 tile written before the P V reads it
-    };
-    auto issue_pv = [&](int slot) {
-      const uint64_t v_st = v_desc + slot * stage;
-#pragma unroll
-      for (int b = 0; b < NB; ++b) mma_pv_ss(o, p_desc + b * 2, v_st + b * v_block);  // 16 keys = 32 B (>> 4)
-      commit();
-    };
-    // The first stage alone (no P V before it), so that the loop below has no branch around a wgmma
-    // (ptxas serializes every wgmma of a kernel with one in a divergent path: C7520).
-    if (n_stages > 0) {
-      float s[32], alpha[2];
-      mbar_wait(&full[0], 0);
-      fence();
-      issue_qk(s, 0);
-      wait<0>();
-      pin(s);
-      softmax(s, 0, alpha);  // O is still zero: no rescale
-      store_p(s);
-      refill(0);
-    }
-    for (int st = 1; st < n_stages; ++st) {
-      const int slot = st % STAGES, prev_slot = (st - 1) % STAGES;
-      float s[32], alpha[2];
-      mbar_wait(&full[slot], (st / STAGES) & 1);
-      pin(o);
-      fence();
-      issue_qk(s, slot);
-      issue_pv(prev_slot);
-      wait<1>();  // S ready; stage st - 1's P V still running
-      pin(s);
-      const bool moved = softmax(s, slot, alpha);
-      wait<0>();
-      pin(o);
-      __syncwarp();
-      if (lane == 0) mbar_arrive(&empty[prev_slot]);
-      if (moved) rescale(o, alpha);
-      store_p(s);
-      refill(st);
-    }
-    if (n_stages > 0) {
-      pin(o);
-      fence();
-      issue_pv((n_stages - 1) % STAGES);
-      wait<0>();
-      pin(o);
     }
   }
   pdl_trigger();
