@@ -354,8 +354,14 @@ __global__ void __launch_bounds__(WG * 128, MINB) tree_attention_wgmma_kernel(Ke
   const int row0 = cta_row0 + warp * 16;  // this warp's 16 rows
   const int node0 = group * a.group_size;
 
-  // The CTA's Q rows, published by the main loop's first barrier.
-  load_q(a, qs, cta_row0, kvh, node0, gqa, blockDim.x);
+  // The CTA's Q rows (zeros for padding), swizzled; published by the main loop's first barrier.
+  for (int i = threadIdx.x; i < a.cta_rows * (D / 8); i += blockDim.x) {
+    const int row = cta_row0 + i / (D / 8), col = i % (D / 8) * 8, local = row / gqa;
+    uint4 x = make_uint4(0u, 0u, 0u, 0u);
+    if (row < a.rows && node0 + local < a.nodes)
+      x = *reinterpret_cast<const uint4*>(a.q + (size_t(node0 + local) * a.q_heads + kvh * gqa + row % gqa) * D + col);
+    *reinterpret_cast<uint4*>(qs + swz(a.cta_rows, row - cta_row0, col)) = x;
+  }
 
   int row_node[2];  // rows g and g+8 of the warp's 16; -1 for padding
 #pragma unroll
@@ -373,7 +379,7 @@ __global__ void __launch_bounds__(WG * 128, MINB) tree_attention_wgmma_kernel(Ke
   const uint64_t q_desc = desc(qs + wgi * 64 * 64, 16, 1024);
   const uint64_t k_desc = desc(ks, 16, 1024);
   const uint64_t v_desc = desc(vs, kKeys * 64 * 2, 1024);
-  const uint32_t q_half = a.cta_rows * 64 * 2 >> 4, stage = kStageElems * 2 >> 4;
+  const uint32_t q_half = a.cta_rows * 64 * 2 >> 4, kv_half = kKeys * 64 * 2 >> 4, stage = kStageElems * 2 >> 4;
 
   for (int st = 0; st < n_stages; ++st) {
     cp_async_wait<LEAD - 1>();
@@ -384,13 +390,59 @@ __global__ void __launch_bounds__(WG * 128, MINB) tree_attention_wgmma_kernel(Ke
     fetch(st + LEAD + 1);
 
     const int slot = st % STAGES;
-    stage_compute(a, q_desc, q_half, k_desc + slot * stage, v_desc + slot * stage, meta_logical + slot * NB,
-                  meta_members + slot * NB, row_node, t, m_run, l_run, o);
+    int logical[NB];
+#pragma unroll
+    for (int b = 0; b < NB; ++b) logical[b] = meta_logical[slot * NB + b];
+    bool whole = a.list_blocks == nullptr;
+#pragma unroll
+    for (int b = 0; b < NB; ++b) whole = whole && logical[b] >= 0 && (logical[b] + 1) * B <= a.prefix_len;
+
+    const uint64_t* members = meta_members + slot * NB;
+    const uint64_t k_st = k_desc + slot * stage, v_st = v_desc + slot * stage;
+    constexpr uint32_t v_block = B * 64 * 2 >> 4;  // 16 keys of V
+    float alpha[2];
+    // S = Q K^T (unscaled), 64 rows x 64 keys a warpgroup: 8 k steps of 16 dims.
+    float s[32];
+    fence();
+    mma_qk_first(s, q_desc, k_st);
+#pragma unroll
+    for (int kk = 1; kk < 8; ++kk) {
+      const uint32_t off = (kk & 3) * 2;  // 32 B (>> 4) a k step inside the 128-byte row
+      mma_qk(s, q_desc + (kk >> 2) * q_half + off, k_st + (kk >> 2) * kv_half + off);
+    }
+    commit();
+    wait<0>();
+    pin(s);
+    if (softmax_step<NB>(s, a, logical, members, whole, row_node, t, m_run, l_run, alpha)) rescale(o, alpha);
+    // O += P V, one k16 step a block.
+    uint32_t pf[NB][4];
+#pragma unroll
+    for (int b = 0; b < NB; ++b) pack_p<NB>(pf[b], s, b);
+    pin(o);
+    fence();
+#pragma unroll
+    for (int b = 0; b < NB; ++b) mma_pv(o, pf[b], v_st + b * v_block);
+    commit();
+    wait<0>();
+    pin(o);
   }
   cp_async_wait<0>();
   pdl_trigger();
 
-  store_partials(a, chunk, kvh, group, row0, g, t, o, m_run, l_run);
+  const size_t part_row0 = ((size_t(group) * a.kv_heads + kvh) * a.chunks + chunk) * a.rows_pad;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float lr = l_run[r];
+    lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+    lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+    const int row = row0 + g + 8 * r;
+    if (row >= a.rows_pad) continue;
+    float* dst = a.part_o + (part_row0 + row) * D;
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+      *reinterpret_cast<float2*>(dst + i * 8 + 2 * t) = make_float2(o[4 * i + 2 * r], o[4 * i + 2 * r + 1]);
+    if (t == 0) a.part_ml[part_row0 + row] = make_float2(m_run[r] * a.scale_log2, lr);
+  }
 }
 
 // ---- Producer/consumer variant (wg4pS): the same consumer math, loads by one producer ----
