@@ -1,6 +1,6 @@
 #!/bin/bash
 # Tree-verify attention variants side by side on the GPU machine (one device call): the GPU test
-# under each SPECULA_TREE_ATTN setting (variants for <= 64, <= 128 and > 128 query rows a kv head;
+# under each SPECULA_TREE_ATTN setting (variants for <= 64, <= 128, <= 192 and more query rows a kv head;
 # kernels/cuda/tree_attention.cu lists them), bench_attention --dense-only per setting, and the
 # same bench from a baseline binary (bench_attention_base, if present) for a before/after in one
 # run. SANITIZE=1 adds memcheck and racecheck on the default. Logs go to /tmp/tree_attn_variants

@@ -7,6 +7,8 @@
 // the online softmax in registers, once per stage of NB x 16 keys. A second kernel merges the chunks.
 // Hand-written rather than CUTLASS/FlashInfer: neither is a Debian package, and the tree mask plus
 // per-node block membership is not an option of theirs.
+#include <cuda.h>          // CUtensorMap (the wgmma tier's producer/consumer variant)
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -543,6 +545,9 @@ __global__ void __launch_bounds__(kMergeWarps * 32)
   *reinterpret_cast<uint2*>(out + (size_t(node) * a.q_heads + head) * D + lane * 4) = packed;
 }
 
+// The wgmma kernels: a fragment of this file's anonymous namespace (it uses KernelArgs and the helpers above).
+#include "kernels/cuda/tree_attention_wgmma.cuh"  // NOLINT(build/include)
+
 // One compiled configuration of the chunk kernel.
 struct Variant {
   const char* name;
@@ -550,10 +555,8 @@ struct Variant {
   bool qs;
   void (*kernel)(KernelArgs);
   int warpgroups = 0;  // > 0: the wgmma kernel (tree_attention_wgmma.cuh), 64 rows a warpgroup
+  void (*tma_kernel)(KernelArgs, CUtensorMap, CUtensorMap) = nullptr;  // set: the producer/consumer wgmma kernel
 };
-
-// The wgmma kernel: a fragment of this file's anonymous namespace (it uses KernelArgs and the helpers above).
-#include "kernels/cuda/tree_attention_wgmma.cuh"  // NOLINT(build/include)
 
 constexpr Variant kVariants[] = {
     {"m1b4", 1, 4, 3, 8, false, tree_attention_chunk_kernel<1, 4, 4, 3, 8, false>},
@@ -561,6 +564,8 @@ constexpr Variant kVariants[] = {
     {"q2b4s4", 2, 4, 4, 8, true, tree_attention_chunk_kernel<2, 4, 4, 4, 8, true>},
     // wgmma: wgWsS = W warpgroups (64 rows each) a CTA, further rows on further CTAs; S stages.
     {"wg4s4", 1, wg::kNB, 4, 16, true, tree_attention_wgmma_kernel<4, 4, 1>, 4},
+    // wgmma with one producer (TMA loads on full/empty mbarriers, no CTA barrier in the loop): S slots.
+    {"wg4p4", 1, wg::kNB, 4, 16, true, nullptr, 4, tree_attention_wgmma_tma_kernel<4, 4>},
 };
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
@@ -569,16 +574,20 @@ int variant_tile_rows(const Variant& v) { return v.warpgroups ? 64 : 16 * v.mt; 
 
 // The chunk kernel's shared memory: K/V stages, their metadata, then (QS) the CTA's Q rows.
 size_t variant_smem(const Variant& v, int cta_rows) {
+  if (v.tma_kernel) return wg::smem_bytes_tma(v.stages, (cta_rows + 63) / 64 * 64);
   if (v.warpgroups) return wg::smem_bytes(v.stages, (cta_rows + 63) / 64 * 64);
   const size_t stages =
       size_t(v.stages) * v.nb * (2 * kTile * sizeof(__nv_bfloat16) + sizeof(uint64_t) + sizeof(int32_t));
   return (stages + 15) / 16 * 16 + (v.qs ? size_t(cta_rows) * kRowPad * sizeof(__nv_bfloat16) : 0);
 }
 
-// Variant choice by query rows a (group, kv head): <= 64 rows (16 nodes at GQA 4), <= 128, more
-// (wgmma on Hopper). SPECULA_TREE_ATTN=<a>,<b>,<c> overrides them (A/B timing on the device).
+// Variant choice by query rows a (group, kv head): <= 64 rows (16 nodes at GQA 4), <= 128, <= 192
+// (3 wgmma warpgroups), more (4). SPECULA_TREE_ATTN=<a>,<b>,<c>,<d> overrides them (A/B timing on
+// the device; a shorter list sets the first tiers only).
 struct Choice {
-  int tier[3] = {0, 1, 3};  // m1b4, q2b4w4, wg4s4
+  // m1b4, q2b4w4, wg4p4, wg4s4: the producer/consumer kernel wins at 3 warpgroups but not at 4
+  // (attention_notes.md, 11-25).
+  int tier[4] = {0, 1, 4, 3};
 };
 Choice variant_choice() {
   static const Choice choice = [] {
@@ -590,15 +599,15 @@ Choice variant_choice() {
     };
     if (const char* env = std::getenv("SPECULA_TREE_ATTN")) {
       const char* p = env;
-      for (int t = 0; t < 3 && *p; ++t) {
+      for (int t = 0; t < 4 && *p; ++t) {
         const char* comma = std::strchr(p, ',');
         const size_t n = comma ? size_t(comma - p) : std::strlen(p);
         const int v = find(p, n);
         if (v >= 0) c.tier[t] = v;
         p += n + (comma ? 1 : 0);
       }
-      std::fprintf(stderr, "tree_attention: SPECULA_TREE_ATTN=%s -> %s,%s,%s\n", env, kVariants[c.tier[0]].name,
-                   kVariants[c.tier[1]].name, kVariants[c.tier[2]].name);
+      std::fprintf(stderr, "tree_attention: SPECULA_TREE_ATTN=%s -> %s,%s,%s,%s\n", env, kVariants[c.tier[0]].name,
+                   kVariants[c.tier[1]].name, kVariants[c.tier[2]].name, kVariants[c.tier[3]].name);
     }
     return c;
   }();
@@ -620,11 +629,13 @@ const DeviceShape& device_shape() {
     for (int i = 0; i < kNumVariants; ++i) {
       const Variant& v = kVariants[i];
       const int most = static_cast<int>(variant_smem(v, 16 * v.mt * v.max_warps));
-      cudaFuncSetAttribute(v.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
+      const void* fn =
+          v.tma_kernel ? reinterpret_cast<const void*>(v.tma_kernel) : reinterpret_cast<const void*>(v.kernel);
+      cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
       for (int w = 1; w <= kMaxRows / 16; ++w) {
         int n = 0;
         const size_t smem = variant_smem(v, 16 * v.mt * w);
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, v.kernel, w * 32, smem) != cudaSuccess) n = 1;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, w * 32, smem) != cudaSuccess) n = 1;
         shape.ctas_per_sm[i][w] = std::max(1, n);
       }
     }
@@ -645,7 +656,7 @@ Plan make_plan(const TreeQueries& tq, int kv_heads, int groups, int group_size, 
   const int gqa = tq.q_heads / kv_heads;
   p.rows = group_size * gqa;
   const Choice choice = variant_choice();
-  p.variant = choice.tier[p.rows <= 64 ? 0 : p.rows <= 128 ? 1 : 2];
+  p.variant = choice.tier[p.rows <= 64 ? 0 : p.rows <= 128 ? 1 : p.rows <= 192 ? 2 : 3];
   const Variant& v = kVariants[p.variant];
   const int tile_rows = variant_tile_rows(v);
   p.rows_pad = (p.rows + tile_rows - 1) / tile_rows * tile_rows;
@@ -674,6 +685,31 @@ Plan make_plan(const TreeQueries& tq, int kv_heads, int groups, int group_size, 
   const int per_chunk = (std::max(1, (max_blocks + chunks - 1) / chunks) + v.nb - 1) / v.nb * v.nb;
   p.chunks = std::max(1, (max_blocks + per_chunk - 1) / per_chunk);
   return p;
+}
+
+// K or V (paged: [physical block][kv head][B keys][D] bf16) as a 2D tensor map for the TMA
+// variant: D dims x rows (row (block x kv heads + head) x B + key, 256 B), box 64 dims x B keys,
+// 128B swizzle (the wgmma tiles' layout). The pool's block count is not known here (PagedKv has no
+// size), so the row extent is 2^31: rows past the pool are never addressed (the block table holds
+// only pool blocks), and the absent-block loads at row -B fall wholly outside, which reads zeros.
+bool encode_kv_map(CUtensorMap* map, const void* base) {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      fn = nullptr;
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  if (!encode) return false;
+  const cuuint64_t dims[2] = {cuuint64_t(D), cuuint64_t(1) << 31};
+  const cuuint64_t strides[1] = {cuuint64_t(D) * sizeof(__nv_bfloat16)};
+  const cuuint32_t box[2] = {64, cuuint32_t(B)};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box, elem_strides,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 bool check_queries(const PagedKv& kv, const TreeQueries& tq, std::string* error) {
@@ -732,8 +768,17 @@ bool launch(const PagedKv& kv, const TreeQueries& tq, const int32_t* blocks, con
   a.row_splits = p.row_splits;
   a.scale_log2 = tq.scale * 1.4426950408889634f;
   auto s = static_cast<cudaStream_t>(stream);
-  launch_pdl(kVariants[p.variant].kernel, dim3(p.chunks, kv.kv_heads, groups * p.row_splits), dim3(p.threads), p.smem,
-             s, a);
+  const dim3 grid(p.chunks, kv.kv_heads, groups * p.row_splits);
+  if (const auto tma_kernel = kVariants[p.variant].tma_kernel) {
+    CUtensorMap k_map, v_map;
+    if (!encode_kv_map(&k_map, kv.k) || !encode_kv_map(&v_map, kv.v)) {
+      if (error) *error = "tree_attention: cuTensorMapEncodeTiled failed for the K/V tensor maps";
+      return false;
+    }
+    launch_pdl(tma_kernel, grid, dim3(p.threads), p.smem, s, a, k_map, v_map);
+  } else {
+    launch_pdl(kVariants[p.variant].kernel, grid, dim3(p.threads), p.smem, s, a);
+  }
   const int items = tq.nodes * tq.q_heads;
   const int split = merge_split(p.chunks), merge_rows = kMergeWarps / split;
   launch_pdl(tree_attention_merge_kernel, dim3((items + merge_rows - 1) / merge_rows), dim3(kMergeWarps * 32),

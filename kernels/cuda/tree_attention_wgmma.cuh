@@ -195,6 +195,80 @@ __device__ __forceinline__ void pack_p(uint32_t (&pf)[4], const float (&s)[NBS *
   pf[3] = pack_bf16(s[8 * b + 6], s[8 * b + 7]);
 }
 
+// One stage of a consumer warpgroup: S = Q K^T over the slot's 64 keys, the online softmax, O +=
+// P V, both MMAs waited for (the slot may be reused once this returns). k_st, v_st: the slot's
+// descriptors; meta_logical / members: the slot's block metadata.
+__device__ __forceinline__ void stage_compute(const KernelArgs& a, uint64_t q_desc, uint32_t q_half, uint64_t k_st,
+                                              uint64_t v_st, const int32_t* meta_logical, const uint64_t* members,
+                                              const int (&row_node)[2], int t, float (&m_run)[2], float (&l_run)[2],
+                                              float (&o)[64]) {
+  constexpr uint32_t kv_half = kKeys * 64 * 2 >> 4, v_block = B * 64 * 2 >> 4;  // 64 dims; 16 keys of V
+  int logical[kNB];
+#pragma unroll
+  for (int b = 0; b < kNB; ++b) logical[b] = meta_logical[b];
+  bool whole = a.list_blocks == nullptr;
+#pragma unroll
+  for (int b = 0; b < kNB; ++b) whole = whole && logical[b] >= 0 && (logical[b] + 1) * B <= a.prefix_len;
+  float alpha[2];
+  // S = Q K^T (unscaled), 64 rows x 64 keys a warpgroup: 8 k steps of 16 dims.
+  float s[32];
+  fence();
+  mma_qk_first(s, q_desc, k_st);
+#pragma unroll
+  for (int kk = 1; kk < 8; ++kk) {
+    const uint32_t off = (kk & 3) * 2;  // 32 B (>> 4) a k step inside the 128-byte row
+    mma_qk(s, q_desc + (kk >> 2) * q_half + off, k_st + (kk >> 2) * kv_half + off);
+  }
+  commit();
+  wait<0>();
+  pin(s);
+  if (softmax_step<kNB>(s, a, logical, members, whole, row_node, t, m_run, l_run, alpha)) rescale(o, alpha);
+  // O += P V, one k16 step a block.
+  uint32_t pf[kNB][4];
+#pragma unroll
+  for (int b = 0; b < kNB; ++b) pack_p<kNB>(pf[b], s, b);
+  pin(o);
+  fence();
+#pragma unroll
+  for (int b = 0; b < kNB; ++b) mma_pv(o, pf[b], v_st + b * v_block);
+  commit();
+  wait<0>();
+  pin(o);
+}
+
+// A warp's 16 rows of the chunk's partial O and (max, sum) into the workspace.
+__device__ __forceinline__ void store_partials(const KernelArgs& a, int chunk, int kvh, int group, int row0, int g,
+                                               int t, const float (&o)[64], const float (&m_run)[2],
+                                               const float (&l_run)[2]) {
+  const size_t part_row0 = ((size_t(group) * a.kv_heads + kvh) * a.chunks + chunk) * a.rows_pad;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float lr = l_run[r];
+    lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+    lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+    const int row = row0 + g + 8 * r;
+    if (row >= a.rows_pad) continue;
+    float* dst = a.part_o + (part_row0 + row) * D;
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+      *reinterpret_cast<float2*>(dst + i * 8 + 2 * t) = make_float2(o[4 * i + 2 * r], o[4 * i + 2 * r + 1]);
+    if (t == 0) a.part_ml[part_row0 + row] = make_float2(m_run[r] * a.scale_log2, lr);
+  }
+}
+
+// The CTA's Q rows (zeros for padding), swizzled, by threads [0, threads) of the CTA; the caller's
+// barrier publishes them (after fence_proxy_async: wgmma reads them).
+__device__ __forceinline__ void load_q(const KernelArgs& a, __nv_bfloat16* qs, int cta_row0, int kvh, int node0,
+                                       int gqa, int threads) {
+  for (int i = threadIdx.x; i < a.cta_rows * (D / 8); i += threads) {
+    const int row = cta_row0 + i / (D / 8), col = i % (D / 8) * 8, local = row / gqa;
+    uint4 x = make_uint4(0u, 0u, 0u, 0u);
+    if (row < a.rows && node0 + local < a.nodes)
+      x = *reinterpret_cast<const uint4*>(a.q + (size_t(node0 + local) * a.q_heads + kvh * gqa + row % gqa) * D + col);
+    *reinterpret_cast<uint4*>(qs + swz(a.cta_rows, row - cta_row0, col)) = x;
+  }
+}
+
 }  // namespace wg
 
 // WG: warpgroups a CTA (64 rows each); STAGES: 4-block stages in the ring (STAGES - 1 in flight);
@@ -369,4 +443,169 @@ __global__ void __launch_bounds__(WG * 128, MINB) tree_attention_wgmma_kernel(Ke
       *reinterpret_cast<float2*>(dst + i * 8 + 2 * t) = make_float2(o[4 * i + 2 * r], o[4 * i + 2 * r + 1]);
     if (t == 0) a.part_ml[part_row0 + row] = make_float2(m_run[r] * a.scale_log2, lr);
   }
+}
+
+// ---- Producer/consumer variant (wg4pS): the same consumer math, loads by one producer ----
+//
+// The kernel above has every thread issue its share of each stage's cp.async copies (~50
+// instructions a stage a thread with the address math) and all warpgroups meet at one
+// __syncthreads a stage, so the CTA runs at its slowest warp's pace and the tensor pipe idles while
+// all 16 warps run the softmax together (ncu: tensor 38%, issue 45%). Here lanes 0..3 of warp 0
+// produce: lane b loads block b of a stage with 4 bulk tensor copies (TMA: K and V, two 64-dim
+// halves each, 16 keys x 128 B, written 128B-swizzled by the copy engine itself, so the tile layout
+// is the one above) that complete on the slot's `full` mbarrier. Every warp waits on `full`,
+// computes, and arrives on the slot's `empty` mbarrier; after its own stage st warp 0 waits until
+// every warp has left stage st - 1 and refills that slot. So there is no CTA barrier in the loop:
+// warpgroups drift apart within the ring, and one warpgroup's softmax overlaps another's wgmma. (A 17th, producer-only
+// warp does not fit: 16 consumer warps at 128 registers fill the register file, and at 120 ptxas spills O around the
+// MMAs.) Absent blocks (a partial last stage) load from row -B: wholly outside the tensor map, so the copy engine
+// writes zeros (and still counts the bytes), as the zero fill above.
+namespace wg {
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes)
+               : "memory");
+}
+// Spins until the phase of the given parity has completed.
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT:\n"
+      "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n}\n" ::"r"(smem_u32(bar)),
+      "r"(parity)
+      : "memory");
+}
+// Box (x = dim, y = key row) of a 2D tensor map into shared memory, completing on bar.
+__device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, int x, int y, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+      "[%4];\n" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(smem_u32(bar))
+      : "memory");
+}
+
+// Shared memory of the producer/consumer kernel: the ring, Q and metadata as above, then a full
+// and an empty mbarrier a slot.
+constexpr size_t smem_bytes_tma(int stages, int cta_rows) {
+  return (smem_bytes(stages, cta_rows) + 7) / 8 * 8 + size_t(stages) * 2 * sizeof(uint64_t);
+}
+
+}  // namespace wg
+
+// k_map, v_map: K and V as 2D tensor maps (128 dims x every (physical block, kv head, key) row,
+// 256 B a row; box 64 dims x 16 keys, 128B swizzle). WG warpgroups (64 rows each); STAGES slots in
+// the ring. After its stage st, warp 0 refills the slot of stage st - 1 (waiting until every warp
+// has left it) with stage st - 1 + STAGES: loads run STAGES - 1 stages ahead of warp 0.
+template <int WG, int STAGES>
+__global__ void __launch_bounds__(WG * 128, 1)
+    tree_attention_wgmma_tma_kernel(KernelArgs a, const __grid_constant__ CUtensorMap k_map,
+                                    const __grid_constant__ CUtensorMap v_map) {
+  using namespace wg;
+  constexpr int NB = kNB;
+  static_assert(STAGES >= 2, "a slot computed while the next loads");
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* base = smem_raw + ((1024 - (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023)) & 1023);
+  auto* ks = reinterpret_cast<__nv_bfloat16*>(base);                            // [STAGES][2][kKeys][64]
+  __nv_bfloat16* vs = ks + STAGES * kStageElems;                                // [STAGES][2][kKeys][64]
+  __nv_bfloat16* qs = vs + STAGES * kStageElems;                                // [2][cta_rows][64]
+  auto* meta_members = reinterpret_cast<uint64_t*>(qs + a.cta_rows * D);        // [STAGES][NB]
+  auto* meta_logical = reinterpret_cast<int32_t*>(meta_members + STAGES * NB);  // [STAGES][NB], -1: none
+  auto* full = reinterpret_cast<uint64_t*>((reinterpret_cast<uintptr_t>(meta_logical + STAGES * NB) + 7) / 8 *
+                                           8);  // [STAGES]: the slot is loaded
+  uint64_t* empty = full + STAGES;              // [STAGES]: every warp is done with the slot
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(&full[s], NB);                // one arrival (with its bytes) a producer lane
+      mbar_init(&empty[s], blockDim.x / 32);  // one arrival a warp
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+
+  pdl_wait();  // as the mma.sync kernel: inputs from earlier kernels, workspace the last merge read
+
+  const int chunk = blockIdx.x, kvh = blockIdx.y, group = blockIdx.z / a.row_splits;
+  const int cta_row0 = blockIdx.z % a.row_splits * a.cta_rows;
+  const int gqa = a.q_heads / a.kv_heads;
+  const int node0 = group * a.group_size;
+  const ChunkRange range = chunk_range(a, chunk, kvh, group);
+  const int n_stages = (range.n_entries + NB - 1) / NB;
+
+  // Producer state (lanes 0..NB-1 of warp 0): the next stage's block, fetched a stage early.
+  const bool producer = warp == 0 && lane < NB;
+  int next_logical = -1, next_phys = 0;
+  uint64_t next_members = ~0ull;
+  auto fetch = [&](int st) {
+    next_members = ~0ull;
+    fetch_entry(a, range, st * NB + lane, true, next_logical, next_phys, next_members);
+  };
+  // Stage st into its slot (the caller has waited for the slot to be empty).
+  auto produce = [&](int st) {
+    constexpr uint32_t kBlockBytes = 2 * B * D * 2;  // K and V of one block, one kv head
+    const int slot = st % STAGES;
+    meta_logical[slot * NB + lane] = next_logical;
+    meta_members[slot * NB + lane] = next_members;
+    mbar_arrive_expect_tx(&full[slot], kBlockBytes);
+    const int row = next_logical >= 0 ? (next_phys * a.kv_heads + kvh) * B : -B;
+    __nv_bfloat16* kd = ks + slot * kStageElems + lane * B * 64;
+    __nv_bfloat16* vd = vs + slot * kStageElems + lane * B * 64;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      tma_load(kd + h * kKeys * 64, &k_map, h * 64, row, &full[slot]);
+      tma_load(vd + h * kKeys * 64, &v_map, h * 64, row, &full[slot]);
+    }
+    fetch(st + 1);
+  };
+
+  load_q(a, qs, cta_row0, kvh, node0, gqa, blockDim.x);
+  fence_proxy_async();
+  __syncthreads();  // Q and the barriers' init visible to all
+  if (producer) {
+    fetch(0);
+    for (int st = 0; st < STAGES - 1 && st < n_stages; ++st) produce(st);
+  }
+
+  const int wgi = warp / 4, g = lane / 4, t = lane % 4;
+  const int row0 = cta_row0 + warp * 16;  // this warp's 16 rows
+  int row_node[2];                        // rows g and g+8 of the warp's 16; -1 for padding
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + g + 8 * r, local = row / gqa;
+    row_node[r] = row < a.rows && node0 + local < a.nodes ? node0 + local : -1;
+  }
+  float o[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) o[i] = 0.f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+
+  const uint64_t q_desc = desc(qs + wgi * 64 * 64, 16, 1024);
+  const uint64_t k_desc = desc(ks, 16, 1024);
+  const uint64_t v_desc = desc(vs, kKeys * 64 * 2, 1024);
+  const uint32_t q_half = a.cta_rows * 64 * 2 >> 4, stage = kStageElems * 2 >> 4;
+  for (int st = 0; st < n_stages; ++st) {
+    const int slot = st % STAGES;
+    mbar_wait(&full[slot], (st / STAGES) & 1);
+    stage_compute(a, q_desc, q_half, k_desc + slot * stage, v_desc + slot * stage, meta_logical + slot * NB,
+                  meta_members + slot * NB, row_node, t, m_run, l_run, o);
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&empty[slot]);
+    // Refill the slot of stage st - 1 (the first round's last slot is fresh).
+    const int next = st + STAGES - 1;
+    if (producer && next < n_stages) {
+      if (next >= STAGES) mbar_wait(&empty[next % STAGES], (next / STAGES - 1) & 1);
+      produce(next);
+    }
+  }
+  pdl_trigger();
+  store_partials(a, chunk, kvh, group, row0, g, t, o, m_run, l_run);
 }
