@@ -15,6 +15,10 @@
 // 0.89 / 1.20 / 1.87 / 2.07 → 0.82 / 0.90 / 1.14 / 1.35 ms (decode step 0.41 ms, unchanged;
 // bench/results/cuda_verify_rows_s10_h100_2026-11-24.json). Staging X for the layers' small
 // matrices lost at every row count (their time is the latency chain of X loads, not L1 traffic).
+// 2026-11-25 (session 11): the staged kernel runs as one wave of blocks looping over column tiles
+// (X staged once a block), and the backend's lm_head takes RMSNorm as its own kernel: decode
+// 2440-2467 -> 2514-2525 tokens/s, a 13-row verify 1.36 -> 1.28 ms
+// (bench/results/cuda_verify_rows_s11_h100_2026-11-25.json).
 #include <cstdint>
 
 typedef struct CUstream_st* cudaStream_t;
