@@ -389,6 +389,8 @@ __global__ void __launch_bounds__(WG * 128, MINB) tree_attention_wgmma_kernel(Ke
     cp_async_commit();
     fetch(st + LEAD + 1);
 
+    // The stage's body is stage_compute()'s, written out: calling it here compiled wg4s4 4-5%
+    // slower at 128K / 64 nodes (kernels/cuda/attention_notes.md, 11-25), so the text stays.
     const int slot = st % STAGES;
     int logical[NB];
 #pragma unroll
