@@ -129,6 +129,25 @@ class JsonComparison(unittest.TestCase):
         self.assertLess(records.index(ROW1), records.index(ROW4))
 
 
+class ProvenanceIsNoIdentity(unittest.TestCase):
+    def test_steps_of_two_runs_pair_despite_other_commands_and_commits(self):
+        # Two bench/cuda_e2e.py-like files: the same step, run from other paths at other commits.
+        def doc(path, commit, tps, code):
+            return {"bench": "cuda_e2e", "commit": commit, "steps": [
+                {"step": "decode_short_prompt", "command": f"{path}/bench_cuda_decode --commit {commit}",
+                 "exit_code": code, "seconds": 1.5, "result": {"tokens_per_s": tps}}]}
+        module = load_module()
+        result = module.compare(doc("/tmp/a", "aaaa111", 100.0, 0), doc("/tmp/b", "bbbb222", 120.0, 1),
+                                "old.json", "new.json")
+        metrics = {(m["record"], m["metric"]): m for m in result["metrics"]}
+        m = metrics[("steps[step=decode_short_prompt].result", "tokens_per_s")]
+        self.assertAlmostEqual(m["change_pct"], 20.0)
+        m = metrics[("steps[step=decode_short_prompt]", "exit_code")]
+        self.assertEqual((m["old"], m["new"]), (0, 1))
+        for side in ("added_records", "added_metrics", "removed_records", "removed_metrics"):
+            self.assertEqual(result[side], [], side)
+
+
 class TextOutput(unittest.TestCase):
     def test_lines_show_old_new_change_and_mark(self):
         r = run(OLD, NEW)
@@ -213,7 +232,8 @@ class Direction(unittest.TestCase):
     def test_names(self):
         direction = load_module().direction
         lower = ["skinny_us", "decode_step_median_ms", "decode_seconds", "wall_s", "time",
-                 "latency_p50", "cuda_events_median_ns", "overhead"]
+                 "latency_p50", "cuda_events_median_ns", "overhead", "host_argmax_us_per_step_median",
+                 "ms_per_step"]
         higher = ["decode_tokens_per_s", "tokens_per_s", "steps_per_s_with", "copy_bandwidth_GBps",
                   "bandwidth", "GB/s", "speedup", "speedup_vs_flash_nomask",
                   "skinny_over_cublas_speed", "ours_fraction_of_copy", "acceptance_rate",
