@@ -412,12 +412,13 @@ __global__ void __launch_bounds__(kWarps * 32, kOut == 1 ? 2 : 1)
 // 0: outputs per warp chosen by shape (staged_outputs_per_warp); else forced (tests, benchmarks).
 int g_outputs_per_warp = 0;
 
-// Output columns per warp of the staged kernel: as many as keep at least one block per SM busy
-// (132 on the H100): more columns a warp, fewer activation reads per weight, but fewer warps.
-int staged_outputs_per_warp(int64_t N, Fuse f) {
+// Output columns per warp of the staged kernel: the most its registers allow (4, 2 for the SwiGLU
+// warps' two weight rows), since the blocks loop over the tiles whatever their count: more columns
+// a warp, fewer activation reads per weight (bench/results/cuda_verify_rows_s11_h100_2026-11-25.json
+// times 1, 2 and 4 on the lm_head).
+int staged_outputs_per_warp(Fuse f) {
   const int most = f == Fuse::kNormSwiGlu ? 2 : 4;
   if (g_outputs_per_warp > 0) return g_outputs_per_warp < most ? g_outputs_per_warp : most;
-  (void)N;
   return most;
 }
 
@@ -452,7 +453,7 @@ bool launch_staged_as(const bf16_bits* W, int64_t N, int64_t K, const float* X, 
 template <Fuse F, int TC>
 bool launch_staged(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld_x, int T, float* Y, int64_t ldy,
                    bool accumulate, const float* gamma, float eps, cudaStream_t stream) {
-  const int o = staged_outputs_per_warp(N, F);
+  const int o = staged_outputs_per_warp(F);
   if constexpr (F != Fuse::kNormSwiGlu) {
     if (o == 4) return launch_staged_as<F, TC, 4>(W, N, K, X, ld_x, T, Y, ldy, accumulate, gamma, eps, stream);
   }
