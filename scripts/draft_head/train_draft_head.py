@@ -148,7 +148,9 @@ def stage2_prompts(docs, n, rng):
 
 
 def chat_ids(tokenizer, prompt):
-    return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True)
+    text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                         tokenize=False)
+    return tokenizer.encode(text, add_special_tokens=False)
 
 
 @torch.no_grad()
