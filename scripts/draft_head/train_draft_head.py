@@ -161,6 +161,7 @@ def generate(model, tokenizer, prompts, max_new, batch, dev, max_prompt):
     enc = [chat_ids(tokenizer, p)[-max_prompt:] for p in prompts]
     order = sorted(range(len(enc)), key=lambda i: len(enc[i]))
     res = [None] * len(enc)
+    t0 = time.time()
     for s in range(0, len(order), batch):
         idx = order[s:s + batch]
         L = max(len(enc[i]) for i in idx)
@@ -177,7 +178,7 @@ def generate(model, tokenizer, prompts, max_new, batch, dev, max_prompt):
             if eos in a:
                 a = a[:a.index(eos) + 1]
             res[i] = (enc[i], a)
-        log(f"  generated {min(s + batch, len(order))}/{len(order)} (prompt up to {L} tokens)")
+        log(f"  generated {min(s + batch, len(order))}/{len(order)} (prompt up to {L} tokens, {time.time() - t0:.0f} s)")
     return res
 
 
@@ -403,7 +404,7 @@ def main():
         p1 = stage1_prompts(words, a.stage1, rng)
         log(f"stage 1: {len(p1)} prompts from {len(words)} topic words")
         g1 = generate(m16, tok, p1, a.new1, a.gen_batch, dev, 512)
-        docs = [tok.decode([t for t in ans if t != tok.eos_token_id]) for _, ans in g1 if len(ans) >= 150]
+        docs = [tok.decode([t for t in ans if t != tok.eos_token_id]) for _, ans in g1 if len(ans) >= min(150, a.new1 * 3 // 4)]
         p2 = stage2_prompts(docs, a.stage2, rng)
         log(f"stage 2: {len(p2)} prompts from {len(docs)} documents")
         g2 = generate(m16, tok, p2, a.new2, a.gen_batch // 2, dev, 1536)
