@@ -471,7 +471,7 @@ def main():
         ref_head = DraftHead(H, a.ffn, eps).to(dev)
         ref_head.load_state_dict({k: v.to(torch.bfloat16).float() for k, v in head.state_dict().items()})
         cases = []
-        for j in (0, 40, 120, 200):
+        for j in sorted({0, len(ev) // 4, len(ev) // 2, 3 * len(ev) // 4}):
             (p, ans), (f, g) = ev[j], ev_fg[j]
             r = len(p) + min(5, len(ans) - 2) - 1
             ids = p + ans
