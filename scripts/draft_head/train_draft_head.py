@@ -190,9 +190,10 @@ def features(model, seqs, dev, max_tokens=32768):
     res = [None] * len(seqs)
     s = 0
     while s < len(order):
-        L = len(seqs[order[min(len(order) - 1, s)]])
-        n = max(1, max_tokens // max(L, 1))
-        idx = order[s:s + n]
+        e = s + 1  # sorted by length: the batch's last sequence is its longest
+        while e < len(order) and (e + 1 - s) * len(seqs[order[e]]) <= max_tokens:
+            e += 1
+        idx = order[s:e]
         L = max(len(seqs[i]) for i in idx)
         ids = torch.zeros((len(idx), L), dtype=torch.long)
         mask = torch.zeros((len(idx), L), dtype=torch.long)
