@@ -154,8 +154,8 @@ def chat_ids(tokenizer, prompt):
 
 
 @torch.no_grad()
-def generate(model, tokenizer, prompts, max_new, batch, dev, max_prompt):
-    """Greedy answers; returns list of (prompt_ids, answer_ids) with EOS kept and padding cut."""
+def generate(model, tokenizer, prompts, max_new, batch, dev, max_prompt, temperature=0.0):
+    """Greedy answers (or sampled at `temperature` > 0); returns list of (prompt_ids, answer_ids) with EOS kept and padding cut."""
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
     enc = [chat_ids(tokenizer, p)[-max_prompt:] for p in prompts]
@@ -171,7 +171,9 @@ def generate(model, tokenizer, prompts, max_new, batch, dev, max_prompt):
             ids[r, L - len(enc[i]):] = torch.tensor(enc[i])
             mask[r, L - len(enc[i]):] = 1
         outs = model.generate(input_ids=ids.to(dev), attention_mask=mask.to(dev), max_new_tokens=max_new,
-                              do_sample=False, pad_token_id=pad, eos_token_id=eos)
+                              pad_token_id=pad, eos_token_id=eos,
+                              **({"do_sample": True, "temperature": temperature, "top_p": 0.95} if temperature > 0
+                                 else {"do_sample": False}))
         outs = outs[:, L:].tolist()
         for r, i in enumerate(idx):
             a = outs[r]
@@ -298,7 +300,7 @@ def train(head, emb, w_sub, sub_index, data, args, dev):
 
 
 @torch.no_grad()
-def chain_accept(head, emb, w_sub, vocab_ids, ids, feat, greedy, start, depth, dev, top1=None):
+def chain_accept(head, emb, w_sub, vocab_ids, ids, feat, greedy, start, depth, dev, top1=None, truth_greedy=False):
     """For every position p in [start, T-1): how many of a greedy chain's `depth` head drafts,
     hanging off token ids[p] with the feature of row p-1, match the target's greedy tokens.
     top1 (k): the first draft may be any of the head's top-k (a tree of shape k,1,1,...)."""
@@ -307,7 +309,10 @@ def chain_accept(head, emb, w_sub, vocab_ids, ids, feat, greedy, start, depth, d
     if pos.numel() == 0:
         return torch.zeros(0, dtype=torch.long)
     ids_t = torch.tensor(ids, device=dev)
-    truth = ids_t  # the answer is the target's greedy output: ids[p+1] follows ids[p]
+    # the answer is the target's greedy output: ids[p+1] follows ids[p]; for sampled text the
+    # target's greedy token after row p (greedy[p]) is what a draft must match, the input tokens
+    # staying the text's
+    truth = ids_t if not truth_greedy else torch.cat([greedy[:1].long() * 0, greedy[:-1].long()])
     best = torch.zeros(pos.numel(), dtype=torch.long, device=dev)
     f0 = feat[pos - 1].float()
     with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -370,6 +375,8 @@ def main():
     ap.add_argument("--stage2", type=int, default=2048)
     ap.add_argument("--new1", type=int, default=256)
     ap.add_argument("--new2", type=int, default=160)
+    ap.add_argument("--temperature", type=float, default=0.9,
+                    help="sampling temperature of the training answers (0 = greedy); labels stay greedy")
     ap.add_argument("--gen-batch", type=int, default=512)
     ap.add_argument("--ffn", type=int, default=1024)
     ap.add_argument("--vocab", type=int, default=8192)
@@ -396,21 +403,23 @@ def main():
     m32 = AutoModelForCausalLM.from_pretrained(mdir, gguf_file=mfile, dtype=torch.float32).to(dev).eval()
     tok.padding_side = "left"
 
-    cache = os.path.join(a.work, f"data_s{a.seed}_{a.stage1}_{a.stage2}.pt")
+    cache = os.path.join(a.work, f"data_s{a.seed}_{a.stage1}_{a.stage2}_t{a.temperature}.pt")
     if os.path.exists(cache):
-        seqs = torch.load(cache)
-        log(f"reusing {cache}: {len(seqs)} sequences")
+        log(f"reusing {cache}")
     else:
         words = topic_words(tok, 4000, rng)
         p1 = stage1_prompts(words, a.stage1, rng)
         log(f"stage 1: {len(p1)} prompts from {len(words)} topic words")
-        g1 = generate(m16, tok, p1, a.new1, a.gen_batch, dev, 512)
+        g1 = generate(m16, tok, p1, a.new1, a.gen_batch, dev, 512, a.temperature)
         docs = [tok.decode([t for t in ans if t != tok.eos_token_id]) for _, ans in g1 if len(ans) >= min(150, a.new1 * 3 // 4)]
         p2 = stage2_prompts(docs, a.stage2, rng)
         log(f"stage 2: {len(p2)} prompts from {len(docs)} documents")
-        g2 = generate(m16, tok, p2, a.new2, a.gen_batch // 2, dev, 1536)
-        seqs = [p + ans for p, ans in g1 + g2]
-        torch.save(seqs, cache)
+        g2 = generate(m16, tok, p2, a.new2, a.gen_batch // 2, dev, 1536, a.temperature)
+        torch.save(g1 + g2, cache)
+    pairs = torch.load(cache)
+    rng.shuffle(pairs)
+    held = pairs[:len(pairs) // 20]  # held out: measures how far training accuracy generalizes
+    seqs = [p + ans for p, ans in pairs[len(held):]]
     log(f"{len(seqs)} sequences, {sum(map(len, seqs))} tokens")
     if a.stop_after_data:
         return
@@ -442,6 +451,20 @@ def main():
     ev = generate(m32, tok, [it["turns"][0] for it in items], 128, 256, dev, 4096)
     ev_seqs = [p + ans for p, ans in ev]
     ev_fg = features(m32, ev_seqs, dev)
+    # held-out training-like sequences: drafts against the target's greedy tokens a_t (their
+    # text was sampled, so compare with g, not with the next token)
+    held_fg = features(m32, [p + ans for p, ans in held], dev)
+    held_acc = {}
+    for depth in (1,):  # later steps would feed the sampled text, not the drafts
+        tot, n = 0, 0
+        for (p, ans), (f, g) in zip(held, held_fg):
+            ids = p + ans
+            acc = chain_accept(head, emb, w_sub, vocab_ids, ids, f.to(dev), g.to(dev), len(p), depth, dev,
+                               truth_greedy=True)
+            tot += acc.sum().item() + acc.numel()
+            n += acc.numel()
+        held_acc[f"chain:{depth}"] = round(tot / max(n, 1), 3)
+    log(f"  held-out training-like answers, tokens a round if every position started one: {held_acc}")
     shapes = {"chain:1": (1, None), "chain:2": (2, None), "chain:3": (3, None), "chain:4": (4, None),
               "chain:6": (6, None), "chain:8": (8, None), "static:2,1,1,1": (4, 2), "static:4,1,1,1": (4, 4)}
     cat_of = lambda c: c if c in ("translation", "summarization", "qa", "math_reasoning", "rag") else "mt_bench"  # noqa: E731
@@ -510,7 +533,7 @@ def main():
                  "arithmetic; answers and documents generated by the target itself (greedy, bf16)"},
         "head": {"hidden": H, "ffn": a.ffn, "vocab_subset": a.vocab, "subset_coverage": round(coverage, 4),
                  "params": sum(p.numel() for p in head.parameters())},
-        "training": tr,
+        "training": tr, "held_out": {"sequences": len(held), "tokens_per_position": held_acc},
         "eval": {"data": a.eval_data, "items": len(items), "answer_tokens": 128,
                  "what": "tokens a round (accepted drafts + 1) of greedy chains / trees drafted by the head, "
                          "rounds walked over the target's float32 greedy answers; 'static:k,1,1,1' = top-k "
