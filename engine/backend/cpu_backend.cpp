@@ -14,6 +14,7 @@ class CpuSession final : public BackendSession {
                  std::span<float> logits, LogitRows rows, const ForwardContext* context) override {
     return transformer_->forward(tokens, positions, mask, kv_, logits, rows, context);
   }
+  Status last_features(int64_t row, std::span<float> out) override { return transformer_->last_features(row, out); }
   Status commit(std::span<const int> keep_rows) override { return kv_.commit(keep_rows); }
   void commit_all() override { kv_.commit_all(); }
   void rollback() override { kv_.rollback(); }

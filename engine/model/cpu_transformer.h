@@ -118,6 +118,13 @@ class CpuTransformer {
                  KvCache& kv, std::span<float> logits, LogitRows rows = LogitRows::All,
                  const ForwardContext* trace = nullptr);
 
+  // The final-RMSNorm output (dim floats: the vector the output matrix multiplies) of logits row
+  // `row` of the last forward(): row r of its logits for LogitRows::All, 0 for Last. The forward
+  // keeps these rows anyway (its last matmul's input), so this is a copy. An error when the last
+  // forward failed, was restored from the prefill cache (which keeps no features), or row is out
+  // of range.
+  Status last_features(int64_t row, std::span<float> out) const;
+
   // Prefills (an empty kv, causal, LogitRows::Last, no observer or statistics) are stored in and
   // restored from `cache` (engine/model/prefill_cache.h); null turns that off. Not owned.
   void set_prefill_cache(PrefillCache* cache);
