@@ -12,12 +12,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <random>
 #include <vector>
 
 #include "engine/model/packed_weights.h"
@@ -275,6 +277,62 @@ TEST_F(HeadDrafterTest, MalformedFilesAreRefusedNamingWhatIsWrong) {
   EXPECT_THAT(make_head_drafter(model(), file, 1).error().message, HasSubstr(file.string()));
   std::ofstream(file) << "not a safetensors file";
   EXPECT_THAT(make_head_drafter(model(), file, 1).error().message, HasSubstr(file.string()));
+  fs::remove(file);
+}
+
+// q is softmax(logits / T) over vocab_ids, zero elsewhere: the top-k path lists exact
+// probabilities, the sampling path the whole filtered distribution.
+TEST_F(HeadDrafterTest, DraftDistributionIsTheSoftmaxOverTheVocabIds) {
+  const HeadFile hf = HeadFile::random(kH, 64, 512, model().config.vocab_size, "F32");
+  const fs::path file = scratch("q.safetensors");
+  hf.write(file);
+  DraftHeadOptions options;
+  options.threads = 1;
+  auto head = DraftHead::load(model(), file, options);
+  auto drafter = make_head_drafter(model(), file, options);
+  ASSERT_TRUE(head.ok() && drafter.ok());
+  std::vector<float> f;
+  int32_t x = 0;
+  target_feature(model(), chat_prompt(model(), "Name three colors."), f, x);
+  std::vector<float> next(kH), logits(512);
+  ASSERT_TRUE((*head)->step(f, x, next, logits).ok());
+  const auto& ids = hf.tensors.at("vocab_ids").ids;
+  const std::vector<int32_t> sequence = {x};
+  for (const float temperature : {1.0f, 0.7f}) {
+    std::vector<double> p(logits.size());
+    double total = 0;
+    for (size_t j = 0; j < p.size(); ++j) total += p[j] = std::exp(static_cast<double>(logits[j]) / temperature);
+    for (double& v : p) v /= total;
+    DraftRequest request;
+    request.shape = *parse_tree_shape("static:3");
+    request.filters = SamplingParams{temperature, 0, 1.0f, 0};
+    request.target_feature = f;
+    auto tree = (*drafter)->draft(sequence, request);
+    ASSERT_TRUE(tree.ok()) << tree.error().message;
+    ASSERT_EQ(tree->size(), 3);
+    for (const DraftNode& node : tree->nodes()) {
+      const auto at = std::find(ids.begin(), ids.end(), node.token) - ids.begin();
+      ASSERT_LT(static_cast<size_t>(at), ids.size()) << "drafted a token outside vocab_ids";
+      EXPECT_NEAR(node.draft_prob, p[static_cast<size_t>(at)], 1e-6);
+      EXPECT_FALSE(node.sampled);
+    }
+    EXPECT_GE(tree->node(0).draft_prob, tree->node(1).draft_prob);
+
+    std::mt19937_64 rng(3);
+    request.choice = DraftChoice::kSample;
+    request.rng = &rng;
+    auto sampled = (*drafter)->draft(sequence, request);
+    ASSERT_TRUE(sampled.ok()) << sampled.error().message;
+    ASSERT_GT(sampled->size(), 0);
+    const DraftDistribution& q = *sampled->node(0).draft_dist;
+    double sum = 0;
+    for (size_t j = 0; j < ids.size(); ++j) {
+      EXPECT_NEAR(q[static_cast<size_t>(ids[j])], p[j], 1e-6);
+      sum += q[static_cast<size_t>(ids[j])];
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-5);  // nothing outside vocab_ids
+    EXPECT_TRUE(sampled->node(0).sampled);
+  }
   fs::remove(file);
 }
 
