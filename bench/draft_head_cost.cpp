@@ -49,12 +49,15 @@ Timing time_ms(int reps, Fn&& fn) {
 
 int main(int argc, char** argv) {
   std::string model_spec = "default", commit = "unknown", out_path;
-  int threads = 2, reps = 50, context = 256;
+  int threads = 2, head_threads = 0, reps = 50, context = 256;
   int64_t ffn = 1536;
   std::vector<int64_t> vocab_sizes = {4096, 8192};
   CLI::App app{"bench_draft_head_cost: a head-drafter step vs the target's decode step (CPU)"};
   app.add_option("--model", model_spec)->capture_default_str();
   app.add_option("--threads", threads)->check(CLI::Range(1, 256))->capture_default_str();
+  app.add_option("--head-threads", head_threads, "The head's threads (0 = --threads)")
+      ->check(CLI::Range(0, 256))
+      ->capture_default_str();
   app.add_option("--reps", reps)->check(CLI::Range(1, 10000))->capture_default_str();
   app.add_option("--context", context)->check(CLI::Range(1, 2000))->capture_default_str();
   app.add_option("--ffn", ffn, "The head's ffn_size")->check(CLI::Range(32, 16384))->capture_default_str();
@@ -62,6 +65,7 @@ int main(int argc, char** argv) {
   app.add_option("--commit", commit);
   app.add_option("--out", out_path, "Also write the JSON here");
   CLI11_PARSE(app, argc, argv);
+  if (head_threads == 0) head_threads = threads;
 
   auto model = load_model(resolve_model_path(model_spec));
   if (!model) {
@@ -76,6 +80,7 @@ int main(int argc, char** argv) {
                            {"commit", commit},
                            {"model", model->path.string()},
                            {"threads", threads},
+                           {"head_threads", head_threads},
                            {"context", context},
                            {"reps", reps},
                            {"head_ffn", ffn}};
@@ -131,7 +136,7 @@ int main(int argc, char** argv) {
     testing::HeadFile::random(cfg.dim, ffn, V, cfg.vocab_size).write(file);
     for (bool int8 : {true, false}) {
       DraftHeadOptions options;
-      options.threads = threads;
+      options.threads = head_threads;
       options.int8_activations = int8;
       auto head = DraftHead::load(*model, file, options);
       auto drafter = make_head_drafter(*model, file, options);

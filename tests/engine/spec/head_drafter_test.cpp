@@ -162,7 +162,7 @@ TEST_F(HeadDrafterTest, StepMatchesADoublePrecisionReference) {
   reference_step(hf, model(), ref_next, x2, ref_next2, ref_logits2);
 
   // The quantization this drafter introduces: Q8_0 weights (d = max|w|/127 per 32 weights, d in
-  // f16; the target's output rows stay in their own Q4_1, which the reference uses too) give
+  // f16; the target's output rows stay in their stored Q8_0, which the reference reads too) give
   // each matvec ~0.5% relative error on these Gaussian rows, ~0.7-0.9% after the four chained
   // products; int8 activations (per 32 values, the target's --precision int8 scheme) roughly
   // double that (1.2-2.4% measured). Bounds on the relative L2 error of f' and of the logits:
