@@ -6,6 +6,10 @@
 // draft() (4 steps plus the softmax and top-k of each), warm (back to back: the head's weights
 // stay in cache) and as in the speculative loop (each draft right after an int8 target step,
 // which streams ~95 MB of weights through the caches). Median and best of --reps, ms.
+// --ids: the head's vocab_ids, "low" = 0..V-1 (a stand-in for a trained head's most frequent
+// tokens: BPE ids grow as merges get rarer) or "random" (V ids spread over the vocabulary). It
+// matters beside the matmuls: a draft distribution is dense up to its largest drafted id
+// (engine/spec/draft_tree.h), so drafting id 40000 allocates and scans 40001 floats.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -48,7 +52,7 @@ Timing time_ms(int reps, Fn&& fn) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model_spec = "default", commit = "unknown", out_path;
+  std::string model_spec = "default", commit = "unknown", out_path, ids = "low";
   int threads = 2, head_threads = 0, reps = 50, context = 256;
   int64_t ffn = 1536;
   std::vector<int64_t> vocab_sizes = {4096, 8192};
@@ -62,6 +66,9 @@ int main(int argc, char** argv) {
   app.add_option("--context", context)->check(CLI::Range(1, 2000))->capture_default_str();
   app.add_option("--ffn", ffn, "The head's ffn_size")->check(CLI::Range(32, 16384))->capture_default_str();
   app.add_option("--vocab-ids", vocab_sizes, "Head vocabulary sizes (V) to time")->capture_default_str();
+  app.add_option("--ids", ids, "vocab_ids: low (0..V-1) | random")
+      ->check(CLI::IsMember({"low", "random"}))
+      ->capture_default_str();
   app.add_option("--commit", commit);
   app.add_option("--out", out_path, "Also write the JSON here");
   CLI11_PARSE(app, argc, argv);
@@ -83,7 +90,8 @@ int main(int argc, char** argv) {
                            {"head_threads", head_threads},
                            {"context", context},
                            {"reps", reps},
-                           {"head_ffn", ffn}};
+                           {"head_ffn", ffn},
+                           {"vocab_ids", ids}};
 
   // The target's one-token step after `context` committed tokens.
   std::mt19937 rng(1);
@@ -133,7 +141,10 @@ int main(int argc, char** argv) {
   std::printf("%6s %5s %10s %10s %12s %14s %14s %10s\n", "V", "acts", "step_ms", "best_ms", "chain4_ms", "step_in_loop",
               "chain4_in_loop", "weight_MB");
   for (int64_t V : vocab_sizes) {
-    testing::HeadFile::random(cfg.dim, ffn, V, cfg.vocab_size).write(file);
+    auto random_head = testing::HeadFile::random(cfg.dim, ffn, V, cfg.vocab_size);
+    auto& head_ids = random_head.tensors["vocab_ids"].ids;
+    if (ids == "low") std::iota(head_ids.begin(), head_ids.end(), 0);
+    random_head.write(file);
     for (bool int8 : {true, false}) {
       DraftHeadOptions options;
       options.threads = head_threads;
