@@ -138,17 +138,19 @@ int main(int argc, char** argv) {
   std::printf("target step (1 token after %d): f32 %.3f ms, int8 %.3f ms (median, %d threads)\n", context,
               report["target_step_ms"]["f32"]["median"].get<double>(),
               report["target_step_ms"]["int8"]["median"].get<double>(), threads);
-  std::printf("%6s %5s %10s %10s %12s %14s %14s %10s\n", "V", "acts", "step_ms", "best_ms", "chain4_ms", "step_in_loop",
-              "chain4_in_loop", "weight_MB");
+  std::printf("%6s %5s %7s %10s %10s %12s %14s %14s %10s\n", "V", "acts", "pool", "step_ms", "best_ms", "chain4_ms",
+              "step_in_loop", "chain4_in_loop", "weight_MB");
   for (int64_t V : vocab_sizes) {
     auto random_head = testing::HeadFile::random(cfg.dim, ffn, V, cfg.vocab_size);
     auto& head_ids = random_head.tensors["vocab_ids"].ids;
     if (ids == "low") std::iota(head_ids.begin(), head_ids.end(), 0);
     random_head.write(file);
-    for (bool int8 : {true, false}) {
+    // (int8 activations, the target's thread pool) is how specula-cli runs the head.
+    for (const auto& [int8, shared_pool] : {std::pair{true, true}, {true, false}, {false, true}}) {
       DraftHeadOptions options;
       options.threads = head_threads;
       options.int8_activations = int8;
+      if (shared_pool) options.pool = &int8_target->thread_pool();
       auto head = DraftHead::load(*model, file, options);
       auto drafter = make_head_drafter(*model, file, options);
       if (!head || !drafter) {
@@ -166,12 +168,13 @@ int main(int argc, char** argv) {
       const Timing loop_step = after_target_step([&] { (void)(*head)->step(feature, 42, next, head_logits); });
       const Timing loop_chain = after_target_step([&] { (void)(*drafter)->draft(sequence, request); });
       const double mb = static_cast<double>((*head)->weight_bytes()) / 1e6;
-      std::printf("%6lld %5s %10.3f %10.3f %12.3f %14.3f %14.3f %10.2f\n", static_cast<long long>(V),
-                  int8 ? "int8" : "f32", step.median_ms, step.best_ms, chain.median_ms, loop_step.median_ms,
-                  loop_chain.median_ms, mb);
+      std::printf("%6lld %5s %7s %10.3f %10.3f %12.3f %14.3f %14.3f %10.2f\n", static_cast<long long>(V),
+                  int8 ? "int8" : "f32", shared_pool ? "target" : "own", step.median_ms, step.best_ms, chain.median_ms,
+                  loop_step.median_ms, loop_chain.median_ms, mb);
       report["head"].push_back(
           {{"vocab_ids", V},
            {"activations", int8 ? "int8" : "f32"},
+           {"pool", shared_pool ? "the target's" : "own"},
            {"step_ms", {{"median", step.median_ms}, {"best", step.best_ms}}},
            {"chain4_draft_ms", {{"median", chain.median_ms}, {"best", chain.best_ms}}},
            {"step_after_target_step_ms", {{"median", loop_step.median_ms}, {"best", loop_step.best_ms}}},

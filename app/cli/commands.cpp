@@ -130,7 +130,8 @@ Expected<std::string> target_backend_kind(const SpeculationArgs& spec, const std
 
 // nullptr for --drafter none.
 Expected<std::unique_ptr<Drafter>> make_drafter(const SpeculationArgs& spec, const Model& target, int threads,
-                                                int kv_block_size, const std::string& target_backend) {
+                                                int kv_block_size, const std::string& target_backend,
+                                                ThreadPool* target_pool) {
   DrafterPlacement where;
   where.threads = threads;
   where.kv_block_size = kv_block_size;
@@ -154,7 +155,10 @@ Expected<std::unique_ptr<Drafter>> make_drafter(const SpeculationArgs& spec, con
     if (target_backend != "cpu") {
       return make_error("the head drafter runs on the CPU backend; the target is on the " + target_backend);
     }
-    auto head = make_head_drafter(target, *spec.draft_head, threads);
+    DraftHeadOptions options;
+    options.threads = threads;
+    options.pool = target_pool;
+    auto head = make_head_drafter(target, *spec.draft_head, options);
     if (!head) return make_error("--draft-head: " + head.error().message);
     return head;
   }
@@ -241,7 +245,8 @@ int run_speculative(const GenerateArgs& args, const Model& model, std::span<cons
   auto backend = engine_backend(*kind, model, args.threads, plain_options.precision, options.sparse);
   if (!backend) return fail(backend.error().message);
   SpeculativeEngine engine(model, std::move(*backend));
-  auto drafter = make_drafter(args.spec, model, args.threads, args.kv_block_size, engine.backend().name());
+  auto drafter = make_drafter(args.spec, model, args.threads, args.kv_block_size, engine.backend().name(),
+                              engine.cpu_transformer() ? &engine.cpu_transformer()->thread_pool() : nullptr);
   if (!drafter) return fail(drafter.error().message);
   std::optional<RunRecording> recording;
   if (args.record) {
@@ -462,7 +467,8 @@ int run_specbench(const SpecbenchArgs& args) {
   auto backend = engine_backend(*kind, *model, args.threads, parse_precision(args.precision), options.sparse);
   if (!backend) return fail(backend.error().message);
   SpeculativeEngine engine(*model, std::move(*backend));
-  auto drafter = make_drafter(args.spec, *model, args.threads, args.kv_block_size, engine.backend().name());
+  auto drafter = make_drafter(args.spec, *model, args.threads, args.kv_block_size, engine.backend().name(),
+                              engine.cpu_transformer() ? &engine.cpu_transformer()->thread_pool() : nullptr);
   if (!drafter) return fail(drafter.error().message);
 
   struct Totals {

@@ -89,8 +89,10 @@ Status check_speculation_flags(const SpeculationArgs& spec, float temperature);
 Expected<std::string> target_backend_kind(const SpeculationArgs& spec, const std::string& kind);
 // nullptr for --drafter none. target_backend: the backend the target runs on ("cpu" | "cuda"),
 // where --draft-backend auto puts a layerskip or model drafter.
+// target_pool: the CPU target's threads, which a head drafter then shares (null: its own).
 Expected<std::unique_ptr<Drafter>> make_drafter(const SpeculationArgs& spec, const Model& target, int threads,
-                                                int kv_block_size, const std::string& target_backend = "cpu");
+                                                int kv_block_size, const std::string& target_backend = "cpu",
+                                                ThreadPool* target_pool = nullptr);
 SpeculativeOptions speculative_options(const SpeculationArgs& spec, int max_tokens, const SamplingParams& sampling,
                                        int kv_block_size);
 // --sparse / --sparse-config, checked against the model (calibration files included).

@@ -472,6 +472,7 @@ CpuTransformer& CpuTransformer::operator=(CpuTransformer&&) noexcept = default;
 
 const ModelConfig& CpuTransformer::config() const { return impl_->cfg; }
 int CpuTransformer::threads() const { return impl_->pool.size(); }
+ThreadPool& CpuTransformer::thread_pool() { return impl_->pool; }
 Precision CpuTransformer::precision() const { return impl_->precision; }
 
 size_t CpuTransformer::packed_weight_bytes() const {

@@ -102,6 +102,10 @@ class CpuTransformer {
 
   const ModelConfig& config() const;
   int threads() const;
+  // The forward's worker threads. Another CPU computation that runs between forwards (a draft
+  // head, engine/spec/head_drafter.h) can share them instead of starting its own, which on a
+  // small machine would compete with these for the cores while they spin between regions.
+  ThreadPool& thread_pool();
   Precision precision() const;
   size_t packed_weight_bytes() const;
 

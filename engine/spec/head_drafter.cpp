@@ -74,7 +74,8 @@ struct DraftHead::Impl {
   int64_t H = 0, F = 0, V = 0;
   float eps = 1e-5f;
   bool int8 = true;
-  ThreadPool pool;
+  std::unique_ptr<ThreadPool> own_pool;  // when not given the target's
+  ThreadPool* pool = nullptr;
   PackedMatrix fc;       // (H, 2H)
   PackedMatrix gate_up;  // (2F, H): gate rows, then up rows
   PackedMatrix down;     // (H, F)
@@ -85,7 +86,9 @@ struct DraftHead::Impl {
   AlignedBuffer<float> in, u, n, gu, act, h, logits;
   QuantizedRows xq;
 
-  explicit Impl(int threads) : pool(threads) {}
+  explicit Impl(const DraftHeadOptions& options)
+      : own_pool(options.pool ? nullptr : std::make_unique<ThreadPool>(options.threads)),
+        pool(options.pool ? options.pool : own_pool.get()) {}
 
   // y (+)= W · x for one vector x (W.cols floats), rows split over the pool.
   void matvec(const PackedMatrix& w, const float* x, float* y, bool accumulate) {
@@ -101,11 +104,11 @@ struct DraftHead::Impl {
         matmul_f32(w, x, w.cols, 1, y, w.rows, begin, end, accumulate);
       }
     };
-    if (pool.size() == 1) {
+    if (pool->size() == 1) {
       rows(0, w.rows);
       return;
     }
-    pool.run([&](int index, int n_threads) {
+    pool->run([&](int index, int n_threads) {
       int64_t begin, end;
       ThreadPool::split(w.rows, grain, index, n_threads, begin, end);
       if (begin < end) rows(begin, end);
@@ -250,7 +253,7 @@ Expected<std::unique_ptr<DraftHead>> DraftHead::load(const Model& target, const 
     }
   }
 
-  auto impl = std::make_unique<Impl>(options.threads);
+  auto impl = std::make_unique<Impl>(options);
   impl->file = file;
   impl->metadata = meta;
   impl->target = &target;

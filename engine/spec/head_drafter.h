@@ -37,8 +37,13 @@
 
 namespace specula {
 
+class ThreadPool;
+
 struct DraftHeadOptions {
-  int threads = 0;  // 0 = all cores
+  int threads = 0;  // 0 = all cores; ignored with `pool`
+  // Run on this pool (the target's: CpuTransformer::thread_pool()) instead of an own one of
+  // `threads`. Must outlive the head; never used while a target forward runs on it.
+  ThreadPool* pool = nullptr;
   // true: activations quantized to int8 per 32 values for the matmuls (the target's
   // --precision int8 kernel, fastest); false: f32 activations against the Q8_0 weights.
   bool int8_activations = true;

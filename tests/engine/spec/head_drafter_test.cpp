@@ -394,9 +394,11 @@ TEST_F(HeadDrafterTest, GreedyWithTheHeadEqualsPlainGreedy) {
   const HeadFile hf = HeadFile::random(kH, kF, kV, model().config.vocab_size);
   const fs::path file = scratch("fidelity.safetensors");
   hf.write(file);
-  auto drafter = make_head_drafter(model(), file, 2);
-  ASSERT_TRUE(drafter.ok()) << drafter.error().message;
   SpeculativeEngine engine(model(), 2, Precision::Int8Activations);
+  DraftHeadOptions options;
+  options.pool = &engine.cpu_transformer()->thread_pool();  // as specula-cli runs it
+  auto drafter = make_head_drafter(model(), file, options);
+  ASSERT_TRUE(drafter.ok()) << drafter.error().message;
   for (const char* text : {"The quick brown fox jumps over the lazy dog. The quick brown", "1, 2, 3, 4, 5, 6,",
                            "def fibonacci(n):\n    "}) {
     const auto prompt = chat_prompt(model(), text);
