@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <random>
 #include <vector>
@@ -418,6 +419,43 @@ TEST_F(HeadDrafterTest, GreedyWithTheHeadEqualsPlainGreedy) {
       EXPECT_GT(r->metrics.speculative_rounds, 0) << tree;
       EXPECT_GT((*drafter)->stats().draft_forwards, forwards_before) << tree;
     }
+  }
+  fs::remove(file);
+}
+
+// A one-token vocabulary: the head always drafts the token the target emits most often after
+// this prompt, so some drafts are accepted and the next round's feature comes from an accepted
+// node's row; the output still equals plain greedy decoding.
+TEST_F(HeadDrafterTest, AOneTokenHeadGetsItsDraftsAccepted) {
+  SpeculativeEngine engine(model(), 2, Precision::Int8Activations);
+  const auto prompt = chat_prompt(model(), "Count from 1 to 30, separated by commas.");
+  SpeculativeOptions options;
+  options.max_tokens = 32;
+  auto plain = engine.generate(prompt, nullptr, options, nullptr);
+  ASSERT_TRUE(plain.ok()) << plain.error().message;
+  std::map<int32_t, int> counts;
+  for (int32_t t : plain->tokens) ++counts[t];
+  const int32_t common = std::max_element(counts.begin(), counts.end(), [](const auto& a, const auto& b) {
+                           return a.second < b.second;
+                         })->first;
+  ASSERT_GE(counts[common], 4) << "the plain output repeats no token";
+  HeadFile hf = HeadFile::random(kH, 64, 1, model().config.vocab_size);
+  hf.tensors["vocab_ids"].ids = {common};
+  const fs::path file = scratch("one.safetensors");
+  hf.write(file);
+  DraftHeadOptions head_options;
+  head_options.pool = &engine.cpu_transformer()->thread_pool();
+  auto drafter = make_head_drafter(model(), file, head_options);
+  ASSERT_TRUE(drafter.ok()) << drafter.error().message;
+  for (const char* tree : {"chain:2", "static:1,1,1"}) {
+    options.tree = *parse_tree_shape(tree);
+    options.controller.enabled = false;
+    auto r = engine.generate(prompt, drafter->get(), options, nullptr);
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_EQ(r->tokens, plain->tokens) << tree;
+    int accepted = 0;
+    for (const auto& round : r->rounds) accepted += round.accepted;
+    EXPECT_GT(accepted, 0) << tree;
   }
   fs::remove(file);
 }
