@@ -19,6 +19,7 @@
 #include "engine/sparse/sparse_setup.h"
 #include "engine/spec/acceptance.h"
 #include "engine/spec/drafters.h"
+#include "engine/spec/head_drafter.h"
 #include "engine/spec/speculative.h"
 #include "engine/text/utf8_stream.h"
 
@@ -85,12 +86,15 @@ std::string default_accept(const SpeculationArgs& spec, float temperature) {
 
 // Everything about the speculation flags that can be checked before a model is loaded.
 Status check_speculation_flags(const SpeculationArgs& spec, float temperature) {
-  static const char* const kDrafters[] = {"none", "ngram", "layerskip", "model"};
+  static const char* const kDrafters[] = {"none", "ngram", "layerskip", "model", "head"};
   if (std::find(std::begin(kDrafters), std::end(kDrafters), spec.drafter) == std::end(kDrafters)) {
-    return make_error("--drafter: unknown drafter \"" + spec.drafter + "\"; expected none, ngram, layerskip or model");
+    return make_error("--drafter: unknown drafter \"" + spec.drafter +
+                      "\"; expected none, ngram, layerskip, model or head");
   }
   if (spec.drafter == "model" && !spec.draft_model) return make_error("--drafter model needs --draft-model M");
   if (spec.drafter != "model" && spec.draft_model) return make_error("--draft-model is only used with --drafter model");
+  if (spec.drafter == "head" && !spec.draft_head) return make_error("--drafter head needs --draft-head FILE");
+  if (spec.drafter != "head" && spec.draft_head) return make_error("--draft-head is only used with --drafter head");
   if (auto shape = parse_tree_shape(spec.tree); !shape) return make_error("--tree: " + shape.error().message);
   if (auto rule = make_acceptance_rule(default_accept(spec, temperature)); !rule) {
     return make_error("--accept: " + rule.error().message);
@@ -114,9 +118,20 @@ Expected<SparseConfig> sparse_config(const SpeculationArgs& spec, const Model& m
   return config;
 }
 
+Expected<std::string> target_backend_kind(const SpeculationArgs& spec, const std::string& kind) {
+  if (spec.drafter != "head") return kind;
+  if (kind == "cuda") {
+    return make_error(
+        "--backend cuda: the head drafter runs on the CPU backend (it reads the target's final-norm "
+        "features, which only the CPU backend keeps); use --backend cpu");
+  }
+  return kind == "auto" ? std::string("cpu") : kind;
+}
+
 // nullptr for --drafter none.
 Expected<std::unique_ptr<Drafter>> make_drafter(const SpeculationArgs& spec, const Model& target, int threads,
-                                                int kv_block_size, const std::string& target_backend) {
+                                                int kv_block_size, const std::string& target_backend,
+                                                ThreadPool* target_pool) {
   DrafterPlacement where;
   where.threads = threads;
   where.kv_block_size = kv_block_size;
@@ -135,6 +150,17 @@ Expected<std::unique_ptr<Drafter>> make_drafter(const SpeculationArgs& spec, con
     auto draft = load(*spec.draft_model);
     if (!draft) return make_error("--draft-model: " + draft.error().message);
     return make_model_drafter(target, std::make_unique<Model>(std::move(*draft)), where);
+  }
+  if (spec.drafter == "head") {
+    if (target_backend != "cpu") {
+      return make_error("the head drafter runs on the CPU backend; the target is on the " + target_backend);
+    }
+    DraftHeadOptions options;
+    options.threads = threads;
+    options.pool = target_pool;
+    auto head = make_head_drafter(target, *spec.draft_head, options);
+    if (!head) return make_error("--draft-head: " + head.error().message);
+    return head;
   }
   return std::unique_ptr<Drafter>{};
 }
@@ -214,10 +240,13 @@ int run_speculative(const GenerateArgs& args, const Model& model, std::span<cons
   auto sparse = sparse_config(args.spec, model);
   if (!sparse) return fail(sparse.error().message);
   options.sparse = *sparse;
-  auto backend = engine_backend(args.backend, model, args.threads, plain_options.precision, options.sparse);
+  const auto kind = target_backend_kind(args.spec, args.backend);
+  if (!kind) return fail(kind.error().message);
+  auto backend = engine_backend(*kind, model, args.threads, plain_options.precision, options.sparse);
   if (!backend) return fail(backend.error().message);
   SpeculativeEngine engine(model, std::move(*backend));
-  auto drafter = make_drafter(args.spec, model, args.threads, args.kv_block_size, engine.backend().name());
+  auto drafter = make_drafter(args.spec, model, args.threads, args.kv_block_size, engine.backend().name(),
+                              engine.cpu_transformer() ? &engine.cpu_transformer()->thread_pool() : nullptr);
   if (!drafter) return fail(drafter.error().message);
   std::optional<RunRecording> recording;
   if (args.record) {
@@ -423,8 +452,10 @@ Expected<std::vector<BenchItem>> read_specbench(const std::string& path, int lim
 
 int run_specbench(const SpecbenchArgs& args) {
   if (args.spec.drafter == "none")
-    return fail("specbench: --drafter none has nothing to compare; pick ngram, layerskip or model");
+    return fail("specbench: --drafter none has nothing to compare; pick ngram, layerskip, model or head");
   if (auto ok = check_speculation_flags(args.spec, 0.0f); !ok) return fail(ok.error().message);
+  const auto kind = target_backend_kind(args.spec, args.backend);
+  if (!kind) return fail(kind.error().message);
   auto items = read_specbench(args.data, args.limit);
   if (!items) return fail(items.error().message);
   auto model = load(args.model);
@@ -433,10 +464,11 @@ int run_specbench(const SpecbenchArgs& args) {
   auto sparse = sparse_config(args.spec, *model);
   if (!sparse) return fail(sparse.error().message);
   options.sparse = *sparse;
-  auto backend = engine_backend(args.backend, *model, args.threads, parse_precision(args.precision), options.sparse);
+  auto backend = engine_backend(*kind, *model, args.threads, parse_precision(args.precision), options.sparse);
   if (!backend) return fail(backend.error().message);
   SpeculativeEngine engine(*model, std::move(*backend));
-  auto drafter = make_drafter(args.spec, *model, args.threads, args.kv_block_size, engine.backend().name());
+  auto drafter = make_drafter(args.spec, *model, args.threads, args.kv_block_size, engine.backend().name(),
+                              engine.cpu_transformer() ? &engine.cpu_transformer()->thread_pool() : nullptr);
   if (!drafter) return fail(drafter.error().message);
 
   struct Totals {

@@ -16,8 +16,9 @@ namespace specula::cli {
 
 // Speculative decoding flags, shared by generate and specbench.
 struct SpeculationArgs {
-  std::string drafter = "none";  // none | ngram | layerskip | model
+  std::string drafter = "none";  // none | ngram | layerskip | model | head
   std::optional<std::string> draft_model;
+  std::optional<std::string> draft_head;  // --drafter head: the head file (engine/spec/head_drafter.h)
   std::string tree = "chain:4";        // chain:K | static:B1,B2,... | dynamic:DEPTH,TOPK,TOTAL
   std::optional<std::string> accept;   // greedy | sample | cascade:TAU (default: greedy at
                                        // temperature 0, else sample)
@@ -83,10 +84,15 @@ int fail(const std::string& message);
 Expected<Model> load(const std::string& spec);
 // Everything about the speculation flags that can be checked before a model is loaded.
 Status check_speculation_flags(const SpeculationArgs& spec, float temperature);
+// The target's backend for --backend `kind` under these flags: the head drafter needs the CPU
+// backend's features, so with it auto means cpu and cuda is refused.
+Expected<std::string> target_backend_kind(const SpeculationArgs& spec, const std::string& kind);
 // nullptr for --drafter none. target_backend: the backend the target runs on ("cpu" | "cuda"),
 // where --draft-backend auto puts a layerskip or model drafter.
+// target_pool: the CPU target's threads, which a head drafter then shares (null: its own).
 Expected<std::unique_ptr<Drafter>> make_drafter(const SpeculationArgs& spec, const Model& target, int threads,
-                                                int kv_block_size, const std::string& target_backend = "cpu");
+                                                int kv_block_size, const std::string& target_backend = "cpu",
+                                                ThreadPool* target_pool = nullptr);
 SpeculativeOptions speculative_options(const SpeculationArgs& spec, int max_tokens, const SamplingParams& sampling,
                                        int kv_block_size);
 // --sparse / --sparse-config, checked against the model (calibration files included).

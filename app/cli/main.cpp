@@ -13,10 +13,13 @@
 namespace {
 
 void add_speculation_flags(CLI::App* cmd, specula::cli::SpeculationArgs& spec) {
-  cmd->add_option("--drafter", spec.drafter, "Speculative drafter: none | ngram | layerskip | model")
+  cmd->add_option("--drafter", spec.drafter, "Speculative drafter: none | ngram | layerskip | model | head")
       ->capture_default_str();
   cmd->add_option("--draft-model", spec.draft_model,
                   "Draft model for --drafter model (GGUF or HF directory; must share the target's tokenizer)");
+  cmd->add_option("--draft-head", spec.draft_head,
+                  "Draft head for --drafter head: a specula-draft-head safetensors file trained for the target "
+                  "(CPU backend only)");
   cmd->add_option("--tree", spec.tree, "Draft tree: chain:K | static:B1,B2,... | dynamic:DEPTH,TOPK,TOTAL")
       ->capture_default_str();
   cmd->add_option("--accept", spec.accept,

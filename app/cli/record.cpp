@@ -24,6 +24,7 @@ nlohmann::json generate_config_json(const GenerateArgs& args, const SpeculativeO
                            {"kv_block_size", args.kv_block_size},
                            {"drafter", args.spec.drafter},
                            {"draft_model", args.spec.draft_model.value_or("")},
+                           {"draft_head", args.spec.draft_head.value_or("")},
                            {"tree", args.spec.drafter == "none" ? "none" : options.tree.to_string()},
                            {"accept", options.accept},
                            {"layers", args.spec.layers},

@@ -27,6 +27,12 @@ Status BackendSession::forward_greedy(std::span<const int32_t> tokens, std::span
   return {};
 }
 
+Status BackendSession::last_features(int64_t, std::span<float>) {
+  return make_error(
+      "the target's final-norm features (for the head drafter) are not supported on this backend; "
+      "the head drafter runs on the CPU backend");
+}
+
 Status BackendSession::forward_top_k(std::span<const int32_t> tokens, std::span<const int32_t> positions,
                                      const AttentionMask* mask, float temperature, std::span<int32_t> ids,
                                      std::span<float> probs, const ForwardContext* context) {

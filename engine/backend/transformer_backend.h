@@ -40,6 +40,11 @@ class BackendSession {
   virtual Status forward_top_k(std::span<const int32_t> tokens, std::span<const int32_t> positions,
                                const AttentionMask* mask, float temperature, std::span<int32_t> ids,
                                std::span<float> probs, const ForwardContext* context = nullptr);
+  // The target's features for a draft head (engine/spec/head_drafter.h): the final-RMSNorm
+  // output (dim floats, what the output matrix multiplies) of logits row `row` of this backend's
+  // last forward, whichever session ran it (row r for LogitRows::All, 0 for Last). Only the CPU
+  // backend keeps them; this default says so.
+  virtual Status last_features(int64_t row, std::span<float> out);
   // Logits per output row (the model's vocabulary).
   virtual int64_t vocab_size() const = 0;
   // Keeps provisional rows keep_rows[0], keep_rows[1], ... (relative to the first provisional

@@ -21,6 +21,7 @@ std::optional<std::pair<TensorType, uint64_t>> parse_dtype(const std::string& dt
   if (dtype == "F32") return std::pair{TensorType::F32, uint64_t{4}};
   if (dtype == "F16") return std::pair{TensorType::F16, uint64_t{2}};
   if (dtype == "BF16") return std::pair{TensorType::BF16, uint64_t{2}};
+  if (dtype == "I32") return std::pair{TensorType::I32, uint64_t{4}};  // index tensors (draft heads' vocab_ids)
   return std::nullopt;
 }
 
@@ -52,8 +53,7 @@ Expected<RawTensor> parse_entry(const std::string& origin, const std::string& na
   const std::string dtype = dtype_it->get<std::string>();
   auto type = parse_dtype(dtype);
   if (!type) {
-    return make_error(where + "unsupported dtype " + in_quotes(dtype) +
-                      " (supported: F32, F16, BF16)");
+    return make_error(where + "unsupported dtype " + in_quotes(dtype) + " (supported: F32, F16, BF16, I32)");
   }
   raw.tensor.type = type->first;
 
@@ -138,7 +138,13 @@ Expected<SafetensorsFile> SafetensorsFile::parse(std::span<const std::byte> byte
   const uint64_t data_size = bytes.size() - data_offset;
   std::vector<RawTensor> raws;
   for (const auto& [name, entry] : header.items()) {
-    if (name == "__metadata__") continue;
+    if (name == "__metadata__") {
+      if (!entry.is_object()) return make_error(origin + ": '__metadata__' is not a JSON object");
+      for (const auto& [key, value] : entry.items()) {
+        file.metadata_[key] = value.is_string() ? value.get<std::string>() : value.dump();
+      }
+      continue;
+    }
     auto raw = parse_entry(origin, name, entry, data_size);
     if (!raw) return raw.error();
     raws.push_back(std::move(*raw));

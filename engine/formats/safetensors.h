@@ -1,8 +1,9 @@
 #pragma once
 // safetensors reader over an mmap'ed file: an 8-byte little-endian header length, a JSON
 // header {"name": {"dtype", "shape", "data_offsets": [begin, end)}, "__metadata__": {...}},
-// then the data section the offsets are relative to. Only F32, F16 and BF16 are accepted;
-// every offset is checked against the file size, the shape and the other tensors.
+// then the data section the offsets are relative to. Only F32, F16, BF16 and I32 (index
+// tensors) are accepted; every offset is checked against the file size, the shape and the
+// other tensors.
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -34,6 +35,8 @@ class SafetensorsFile {
   const std::filesystem::path& path() const { return path_; }
   const std::vector<SafetensorsTensor>& tensors() const { return tensors_; }  // by data offset
   const SafetensorsTensor* find(const std::string& name) const;
+  // "__metadata__": the format's string map (a non-string value is kept as its JSON text).
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // The mapping behind the tensor views (null when parsed from caller memory).
   std::shared_ptr<const MappedFile> mapping() const { return mapping_; }
 
@@ -42,6 +45,7 @@ class SafetensorsFile {
   std::filesystem::path path_;
   std::vector<SafetensorsTensor> tensors_;
   std::map<std::string, size_t> index_;
+  std::map<std::string, std::string> metadata_;
 };
 
 }  // namespace specula

@@ -70,6 +70,8 @@ struct CpuTransformer::Impl {
   std::vector<std::vector<KvSpan>> spans;              // per thread
   std::vector<AlignedBuffer<float>> tree_q, tree_out;  // per thread: (kTreeChunk · group, head_dim)
   MoeScratch moe_scratch;
+  // Rows of xn that hold the last forward's final-norm output, one per logits row (0: none).
+  int64_t feature_rows = 0;
 
   Impl(const Model& m, const CpuTransformerOptions& options)
       : model(&m), cfg(m.config), precision(options.precision), pool(options.threads) {
@@ -365,6 +367,7 @@ struct CpuTransformer::Impl {
   Status forward(std::span<const int32_t> tokens, std::span<const int32_t> positions, const AttentionMask* mask,
                  KvCache& kv, std::span<float> logits, LogitRows rows, const ForwardContext* trace) {
     const auto T = static_cast<int64_t>(tokens.size());
+    feature_rows = 0;
     if (auto ok = check_forward_inputs(tokens, positions, mask, cfg.vocab_size); !ok) return ok;
     const auto& kc = kv.config();
     if (kc.n_layers != cfg.n_layers || kc.n_kv_heads != cfg.n_kv_heads || kc.head_dim != cfg.head_dim) {
@@ -453,8 +456,10 @@ struct CpuTransformer::Impl {
     }
 
     const int64_t out_first = rows == LogitRows::All ? 0 : T - 1;
+    // RMSNorm leaves the normed rows in xn, (T - out_first, dim): last_features() reads them.
     project(output, x.data() + out_first * dim, dim, T - out_first, Input::RmsNorm, output_norm.data(), logits.data(),
             V, false);
+    feature_rows = T - out_first;
     return {};
   }
 };
@@ -467,6 +472,7 @@ CpuTransformer& CpuTransformer::operator=(CpuTransformer&&) noexcept = default;
 
 const ModelConfig& CpuTransformer::config() const { return impl_->cfg; }
 int CpuTransformer::threads() const { return impl_->pool.size(); }
+ThreadPool& CpuTransformer::thread_pool() { return impl_->pool; }
 Precision CpuTransformer::precision() const { return impl_->precision; }
 
 size_t CpuTransformer::packed_weight_bytes() const {
@@ -510,10 +516,30 @@ Status CpuTransformer::forward(std::span<const int32_t> tokens, std::span<const 
   const bool cacheable = cache && kv.size() == 0 && !mask && rows == LogitRows::Last &&
                          (!trace || (!trace->observer && !trace->stats && !trace->moe_stats &&
                                      (!trace->sparse || trace->sparse->strict())));
-  if (cacheable && cache->restore(tokens, positions, kv, logits)) return {};
+  if (cacheable && cache->restore(tokens, positions, kv, logits)) {
+    impl_->feature_rows = 0;  // the cache keeps logits, not features
+    return {};
+  }
   Status status = impl_->forward(tokens, positions, mask, kv, logits, rows, trace);
   if (status && cacheable) cache->store(tokens, positions, kv, logits);
   return status;
+}
+
+Status CpuTransformer::last_features(int64_t row, std::span<float> out) const {
+  const int64_t dim = impl_->cfg.dim;
+  if (impl_->feature_rows == 0) {
+    return make_error("last_features: no features (no forward yet, it failed, or it came from the prefill cache)");
+  }
+  if (row < 0 || row >= impl_->feature_rows) {
+    return make_error("last_features: row " + std::to_string(row) + " outside the last forward's " +
+                      std::to_string(impl_->feature_rows) + " logits rows");
+  }
+  if (static_cast<int64_t>(out.size()) != dim) {
+    return make_error("last_features: room for " + std::to_string(out.size()) + " floats, a row has " +
+                      std::to_string(dim));
+  }
+  std::copy_n(impl_->xn.data() + row * dim, dim, out.data());
+  return {};
 }
 
 void CpuTransformer::set_prefill_cache(PrefillCache* cache) { prefill_cache_ = cache; }

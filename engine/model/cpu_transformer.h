@@ -102,6 +102,10 @@ class CpuTransformer {
 
   const ModelConfig& config() const;
   int threads() const;
+  // The forward's worker threads. Another CPU computation that runs between forwards (a draft
+  // head, engine/spec/head_drafter.h) can share them instead of starting its own, which on a
+  // small machine would compete with these for the cores while they spin between regions.
+  ThreadPool& thread_pool();
   Precision precision() const;
   size_t packed_weight_bytes() const;
 
@@ -117,6 +121,13 @@ class CpuTransformer {
   Status forward(std::span<const int32_t> tokens, std::span<const int32_t> positions, const AttentionMask* mask,
                  KvCache& kv, std::span<float> logits, LogitRows rows = LogitRows::All,
                  const ForwardContext* trace = nullptr);
+
+  // The final-RMSNorm output (dim floats: the vector the output matrix multiplies) of logits row
+  // `row` of the last forward(): row r of its logits for LogitRows::All, 0 for Last. The forward
+  // keeps these rows anyway (its last matmul's input), so this is a copy. An error when the last
+  // forward failed, was restored from the prefill cache (which keeps no features), or row is out
+  // of range.
+  Status last_features(int64_t row, std::span<float> out) const;
 
   // Prefills (an empty kv, causal, LogitRows::Last, no observer or statistics) are stored in and
   // restored from `cache` (engine/model/prefill_cache.h); null turns that off. Not owned.

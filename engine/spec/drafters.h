@@ -8,6 +8,11 @@
 //  layerskip  self-speculation: the target's own weights with a subset of its layers
 //             ("every-other", "first:N", "last:N", "list:0,2,5"); its own KV cache.
 //  model      a separate draft model that shares the target's tokenizer; its own KV cache.
+//  head       a trained draft head (engine/spec/head_drafter.h): from the target's final-norm
+//             feature of the row that produced the last token, and that token, it predicts the
+//             next feature and reads draft logits through the target's output matrix; no KV
+//             cache. Needs the target's features (DraftRequest::target_feature), so the CPU
+//             backend only.
 //
 // The sequence handed to draft() is everything committed so far, prompt included, ending with
 // the token the tree hangs off. It only ever grows by whole rounds, so a drafter with a KV
@@ -37,6 +42,10 @@ struct DraftRequest {
   SamplingParams filters;
   DraftChoice choice = DraftChoice::kTopK;
   std::mt19937_64* rng = nullptr;  // for DraftChoice::kSample
+  // For a drafter that wants_target_feature(): the target's final-RMSNorm output (model dim
+  // floats) at the row whose logits produced sequence.back(). Empty when not asked for or not
+  // available (the speculative loop fetches it only for such a drafter).
+  std::span<const float> target_feature;
 };
 
 struct DrafterStats {
@@ -54,6 +63,8 @@ class Drafter {
   // A tree hanging off sequence.back(). May be empty (nothing worth proposing).
   virtual Expected<DraftTree> draft(std::span<const int32_t> sequence, const DraftRequest& request) = 0;
   virtual const DrafterStats& stats() const = 0;
+  // true: draft() reads DraftRequest::target_feature (the loop then copies it out of the target).
+  virtual bool wants_target_feature() const { return false; }
 };
 
 struct NgramOptions {

@@ -211,6 +211,15 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
                        ? DraftChoice::kSample
                        : DraftChoice::kTopK;
 
+  // A drafter that reads the target's features (the head drafter) gets, each round, the
+  // final-norm row that produced the pending token; only the CPU backend keeps those rows.
+  const bool wants_feature = drafter && drafter->wants_target_feature();
+  if (wants_feature && backend_->name() != "cpu") {
+    return make_error("drafter " + drafter->name() + " needs the target's final-norm features, which the " +
+                      backend_->name() + " backend does not provide; the head drafter runs on the CPU backend");
+  }
+  std::vector<float> feature(wants_feature ? static_cast<size_t>(cfg.dim) : 0);
+
   const int64_t max_new = std::min<int64_t>(options.max_tokens, cfg.context_length - n_prompt + 1);
   const int64_t capacity = std::min(cfg.context_length, n_prompt + max_new + max_nodes + 1);
   auto started = backend_->start(options.kv_block_size, capacity);
@@ -246,6 +255,14 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
     return {};
   };
 
+  // The feature of logits row `row` of the forward just run, for the next draft; none when the
+  // backend has none for it (a prefill restored from the prefill cache): that round drafts nothing.
+  auto take_feature = [&](int64_t row) {
+    if (!wants_feature) return;
+    request.target_feature = {};
+    if (kv.last_features(row, feature)) request.target_feature = feature;
+  };
+
   Observer* const observer = options.observer;
   if (observes(observer, EventKind::kSessionStart)) {
     SessionStartEvent session = options.session;
@@ -272,6 +289,7 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
   const Status prefilled = forward_next(prompt, positions, &prefill_context, pending);
   nvtx_pop();
   if (!prefilled) return prefilled.error();
+  take_feature(0);
   kv.commit_all();
   result.timings.prefill_tokens = static_cast<int>(n_prompt);
   result.timings.prefill_seconds = ms_since(start) / 1e3;
@@ -326,6 +344,7 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
       PhaseSpan span(observer, "decode", round_index);
       int32_t next = -1;
       if (auto s = forward_next({&pending, 1}, {&P, 1}, &trace, next); !s) return s.error();
+      take_feature(0);
       kv.commit_all();
       emitted.push_back(next);
       span.end();
@@ -370,6 +389,8 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
         return accepted.error();
       }
       accept_span->end();
+      // The correction / bonus token came from the last accepted node's row (row 0: the pending token's).
+      take_feature(accepted->accepted_path.empty() ? 0 : accepted->accepted_path.back() + 1);
       if (observes(observer, EventKind::kAcceptance)) observer->on_event(acceptance_event(round_index, *accepted));
       PhaseSpan commit_span(observer, "commit", round_index);
       std::vector<int> keep = {0};

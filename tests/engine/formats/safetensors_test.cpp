@@ -100,8 +100,36 @@ TEST(Safetensors, MalformedJson) {
 
 TEST(Safetensors, UnsupportedDtypeNamesTensorAndDtype) {
   auto bytes = make_file(R"({"model.embed_tokens.weight": {"dtype": "I64", "shape": [1], "data_offsets": [0, 8]}})", 8);
-  EXPECT_THAT(parse_error(bytes),
-              HasSubstr("tensor 'model.embed_tokens.weight': unsupported dtype 'I64' (supported: F32, F16, BF16)"));
+  EXPECT_THAT(
+      parse_error(bytes),
+      HasSubstr("tensor 'model.embed_tokens.weight': unsupported dtype 'I64' (supported: F32, F16, BF16, I32)"));
+}
+
+TEST(Safetensors, I32IndexTensorsAreCheckedLikeTheOthers) {
+  auto bytes = make_file(R"({"vocab_ids": {"dtype": "I32", "shape": [3], "data_offsets": [0, 12]}})", 12);
+  auto file = SafetensorsFile::parse(bytes, "head.safetensors");
+  ASSERT_TRUE(file.ok()) << file.error().message;
+  const auto* ids = file->find("vocab_ids");
+  ASSERT_NE(ids, nullptr);
+  EXPECT_EQ(ids->type, TensorType::I32);
+  EXPECT_EQ(ids->n_elements, 3u);
+  EXPECT_EQ(ids->data.size(), 12u);
+  // 4 bytes an element: 3 elements in 8 bytes, or beyond the data, are refused as for F32.
+  EXPECT_THAT(parse_error(make_file(R"({"ids": {"dtype": "I32", "shape": [3], "data_offsets": [0, 8]}})", 8)),
+              HasSubstr("tensor 'ids': shape [3] of I32 needs 12 bytes but data_offsets [0, 8) span 8"));
+  EXPECT_THAT(parse_error(make_file(R"({"ids": {"dtype": "I32", "shape": [3], "data_offsets": [0, 12]}})", 8)),
+              HasSubstr("tensor 'ids': data_offsets [0, 12) beyond end of data section (size 8)"));
+}
+
+TEST(Safetensors, MetadataIsAStringMap) {
+  auto file = SafetensorsFile::parse(make_file(kValidHeader, 44), "model.safetensors");
+  ASSERT_TRUE(file.ok()) << file.error().message;
+  EXPECT_EQ(file->metadata().size(), 1u);
+  EXPECT_EQ(file->metadata().at("format"), "pt");
+  auto numbers = SafetensorsFile::parse(make_file(R"({"__metadata__": {"version": 1}})", 0), "x");
+  ASSERT_TRUE(numbers.ok()) << numbers.error().message;
+  EXPECT_EQ(numbers->metadata().at("version"), "1");  // not a string: kept as its JSON text
+  EXPECT_THAT(parse_error(make_file(R"({"__metadata__": [1]})", 0)), HasSubstr("'__metadata__' is not a JSON object"));
 }
 
 TEST(Safetensors, OffsetsValidatedAgainstFileShapeAndEachOther) {
