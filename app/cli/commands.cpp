@@ -78,6 +78,9 @@ Expected<Model> load(const std::string& spec) {
 
 namespace {
 
+// head, or ngram+head: ngram's tree when it matches, else the head's.
+bool uses_draft_head(const SpeculationArgs& spec) { return spec.drafter == "head" || spec.drafter == "ngram+head"; }
+
 std::string default_accept(const SpeculationArgs& spec, float temperature) {
   return spec.accept ? *spec.accept : (temperature > 0 ? "sample" : "greedy");
 }
@@ -86,15 +89,19 @@ std::string default_accept(const SpeculationArgs& spec, float temperature) {
 
 // Everything about the speculation flags that can be checked before a model is loaded.
 Status check_speculation_flags(const SpeculationArgs& spec, float temperature) {
-  static const char* const kDrafters[] = {"none", "ngram", "layerskip", "model", "head"};
+  static const char* const kDrafters[] = {"none", "ngram", "layerskip", "model", "head", "ngram+head"};
   if (std::find(std::begin(kDrafters), std::end(kDrafters), spec.drafter) == std::end(kDrafters)) {
     return make_error("--drafter: unknown drafter \"" + spec.drafter +
-                      "\"; expected none, ngram, layerskip, model or head");
+                      "\"; expected none, ngram, layerskip, model, head or ngram+head");
   }
   if (spec.drafter == "model" && !spec.draft_model) return make_error("--drafter model needs --draft-model M");
   if (spec.drafter != "model" && spec.draft_model) return make_error("--draft-model is only used with --drafter model");
-  if (spec.drafter == "head" && !spec.draft_head) return make_error("--drafter head needs --draft-head FILE");
-  if (spec.drafter != "head" && spec.draft_head) return make_error("--draft-head is only used with --drafter head");
+  if (uses_draft_head(spec) && !spec.draft_head) {
+    return make_error("--drafter " + spec.drafter + " needs --draft-head FILE");
+  }
+  if (!uses_draft_head(spec) && spec.draft_head) {
+    return make_error("--draft-head is only used with --drafter head or ngram+head");
+  }
   if (auto shape = parse_tree_shape(spec.tree); !shape) return make_error("--tree: " + shape.error().message);
   if (auto rule = make_acceptance_rule(default_accept(spec, temperature)); !rule) {
     return make_error("--accept: " + rule.error().message);
@@ -119,7 +126,7 @@ Expected<SparseConfig> sparse_config(const SpeculationArgs& spec, const Model& m
 }
 
 Expected<std::string> target_backend_kind(const SpeculationArgs& spec, const std::string& kind) {
-  if (spec.drafter != "head") return kind;
+  if (!uses_draft_head(spec)) return kind;
   if (kind == "cuda") {
     return make_error(
         "--backend cuda: the head drafter runs on the CPU backend (it reads the target's final-norm "
@@ -136,10 +143,9 @@ Expected<std::unique_ptr<Drafter>> make_drafter(const SpeculationArgs& spec, con
   where.threads = threads;
   where.kv_block_size = kv_block_size;
   where.backend = spec.draft_backend == "auto" ? target_backend : spec.draft_backend;
-  if (spec.drafter == "ngram") {
-    return make_ngram_drafter(
-        {spec.ngram_n, spec.ngram_min, spec.ngram_max_length, spec.ngram_min_confidence, spec.ngram_history});
-  }
+  const NgramOptions ngram = {spec.ngram_n, spec.ngram_min, spec.ngram_max_length, spec.ngram_min_confidence,
+                              spec.ngram_history};
+  if (spec.drafter == "ngram") return make_ngram_drafter(ngram);
   if (spec.drafter == "layerskip") {
     if (auto layers = parse_layer_subset(spec.layers, target.config.n_layers); !layers) {
       return make_error("--layers: " + layers.error().message);
@@ -151,15 +157,17 @@ Expected<std::unique_ptr<Drafter>> make_drafter(const SpeculationArgs& spec, con
     if (!draft) return make_error("--draft-model: " + draft.error().message);
     return make_model_drafter(target, std::make_unique<Model>(std::move(*draft)), where);
   }
-  if (spec.drafter == "head") {
+  if (uses_draft_head(spec)) {
     if (target_backend != "cpu") {
       return make_error("the head drafter runs on the CPU backend; the target is on the " + target_backend);
     }
     DraftHeadOptions options;
     options.threads = threads;
     options.pool = target_pool;
+    options.min_confidence = spec.head_min_confidence;
     auto head = make_head_drafter(target, *spec.draft_head, options);
     if (!head) return make_error("--draft-head: " + head.error().message);
+    if (spec.drafter == "ngram+head") return make_fallback_drafter(make_ngram_drafter(ngram), std::move(*head));
     return head;
   }
   return std::unique_ptr<Drafter>{};

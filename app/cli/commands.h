@@ -16,18 +16,19 @@ namespace specula::cli {
 
 // Speculative decoding flags, shared by generate and specbench.
 struct SpeculationArgs {
-  std::string drafter = "none";  // none | ngram | layerskip | model | head
+  std::string drafter = "none";  // none | ngram | layerskip | model | head | ngram+head
   std::optional<std::string> draft_model;
-  std::optional<std::string> draft_head;  // --drafter head: the head file (engine/spec/head_drafter.h)
-  std::string tree = "chain:4";        // chain:K | static:B1,B2,... | dynamic:DEPTH,TOPK,TOTAL
-  std::optional<std::string> accept;   // greedy | sample | cascade:TAU (default: greedy at
-                                       // temperature 0, else sample)
-  std::string layers = "every-other";  // layerskip subset
-  std::string draft_backend = "auto";  // layerskip/model drafts: auto (the target's backend) | cpu | cuda
+  std::optional<std::string> draft_head;  // --drafter head / ngram+head: the head file (engine/spec/head_drafter.h)
+  std::string tree = "chain:4";           // chain:K | static:B1,B2,... | dynamic:DEPTH,TOPK,TOTAL
+  std::optional<std::string> accept;      // greedy | sample | cascade:TAU (default: greedy at
+                                          // temperature 0, else sample)
+  std::string layers = "every-other";     // layerskip subset
+  std::string draft_backend = "auto";     // layerskip/model drafts: auto (the target's backend) | cpu | cuda
   int ngram_n = 3;
   int ngram_min = 1;
   int ngram_max_length = 0;
   double ngram_min_confidence = 0.2;  // NgramOptions::min_confidence (0 = fill the tree shape)
+  double head_min_confidence = 0;     // DraftHeadOptions::min_confidence (0 = fill the tree shape)
   int ngram_history = 0;              // NgramOptions::history_tokens (0 = this sequence only)
   bool no_controller = false;
   std::string sparse = "strict";             // strict | sa | sa-reuse | sffn | smoe | hybrid | ssv-exact | ssv-approx

@@ -13,13 +13,16 @@
 namespace {
 
 void add_speculation_flags(CLI::App* cmd, specula::cli::SpeculationArgs& spec) {
-  cmd->add_option("--drafter", spec.drafter, "Speculative drafter: none | ngram | layerskip | model | head")
+  cmd->add_option("--drafter", spec.drafter,
+                  "Speculative drafter: none | ngram | layerskip | model | head | ngram+head (ngram's tree when it "
+                  "matches, else the head's)")
       ->capture_default_str();
   cmd->add_option("--draft-model", spec.draft_model,
                   "Draft model for --drafter model (GGUF or HF directory; must share the target's tokenizer)");
-  cmd->add_option("--draft-head", spec.draft_head,
-                  "Draft head for --drafter head: a specula-draft-head safetensors file trained for the target "
-                  "(CPU backend only)");
+  cmd->add_option(
+      "--draft-head", spec.draft_head,
+      "Draft head for --drafter head or ngram+head: a specula-draft-head safetensors file trained for the target "
+      "(CPU backend only)");
   cmd->add_option("--tree", spec.tree, "Draft tree: chain:K | static:B1,B2,... | dynamic:DEPTH,TOPK,TOTAL")
       ->capture_default_str();
   cmd->add_option("--accept", spec.accept,
@@ -42,6 +45,11 @@ void add_speculation_flags(CLI::App* cmd, specula::cli::SpeculationArgs& spec) {
       ->capture_default_str();
   cmd->add_option("--ngram-min-confidence", spec.ngram_min_confidence,
                   "Draft an ngram token only while the estimated chance its path is accepted stays at least this "
+                  "(0 = fill the tree)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  cmd->add_option("--head-min-confidence", spec.head_min_confidence,
+                  "Keep a head draft only while the head's probability of its path stays at least this "
                   "(0 = fill the tree)")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();

@@ -25,6 +25,7 @@ nlohmann::json generate_config_json(const GenerateArgs& args, const SpeculativeO
                            {"drafter", args.spec.drafter},
                            {"draft_model", args.spec.draft_model.value_or("")},
                            {"draft_head", args.spec.draft_head.value_or("")},
+                           {"head_min_confidence", args.spec.head_min_confidence},
                            {"tree", args.spec.drafter == "none" ? "none" : options.tree.to_string()},
                            {"accept", options.accept},
                            {"layers", args.spec.layers},

@@ -542,6 +542,45 @@ Status check_same_tokenizer(const Model& target, const Model& draft) {
   return Status::success();
 }
 
+namespace {
+
+class FallbackDrafter final : public Drafter {
+ public:
+  FallbackDrafter(std::unique_ptr<Drafter> first, std::unique_ptr<Drafter> second)
+      : first_(std::move(first)), second_(std::move(second)), name_(first_->name() + "|" + second_->name()) {}
+
+  std::string name() const override { return name_; }
+  void reset() override {
+    first_->reset();
+    second_->reset();
+  }
+  bool wants_target_feature() const override {
+    return first_->wants_target_feature() || second_->wants_target_feature();
+  }
+  const DrafterStats& stats() const override {
+    const DrafterStats &a = first_->stats(), &b = second_->stats();
+    stats_ = {a.draft_forwards + b.draft_forwards, a.draft_tokens + b.draft_tokens,
+              a.rollback_tokens + b.rollback_tokens};
+    return stats_;
+  }
+  Expected<DraftTree> draft(std::span<const int32_t> sequence, const DraftRequest& request) override {
+    auto tree = first_->draft(sequence, request);
+    if (!tree || !tree->empty()) return tree;
+    return second_->draft(sequence, request);
+  }
+
+ private:
+  std::unique_ptr<Drafter> first_, second_;
+  std::string name_;
+  mutable DrafterStats stats_;
+};
+
+}  // namespace
+
+std::unique_ptr<Drafter> make_fallback_drafter(std::unique_ptr<Drafter> first, std::unique_ptr<Drafter> second) {
+  return std::make_unique<FallbackDrafter>(std::move(first), std::move(second));
+}
+
 Expected<std::unique_ptr<Drafter>> make_model_drafter(const Model& target, std::unique_ptr<Model> draft,
                                                       const DrafterPlacement& where) {
   if (!draft) return make_error("model drafter: no draft model");

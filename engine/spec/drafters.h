@@ -113,6 +113,13 @@ Expected<std::unique_ptr<Drafter>> make_layerskip_drafter(const Model& target, s
 // for every token id. The error names both models and the first difference.
 Status check_same_tokenizer(const Model& target, const Model& draft);
 
+// "first|second": each round first's tree, or second's when first proposes nothing (e.g. ngram,
+// which copies from the context when it matches, then a draft head for the rounds it has no
+// match in). second is asked only in those rounds; every drafter here catches up on the tokens
+// it has not seen whenever it is asked. Stats are the sum of both; wants the target's feature
+// when either does.
+std::unique_ptr<Drafter> make_fallback_drafter(std::unique_ptr<Drafter> first, std::unique_ptr<Drafter> second);
+
 // Takes ownership of the draft model; refuses one whose tokenizer differs from target's.
 Expected<std::unique_ptr<Drafter>> make_model_drafter(const Model& target, std::unique_ptr<Model> draft,
                                                       const DrafterPlacement& where = {});

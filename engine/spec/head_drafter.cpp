@@ -322,8 +322,9 @@ namespace {
 
 class HeadDrafter final : public Drafter {
  public:
-  explicit HeadDrafter(std::unique_ptr<DraftHead> head)
+  HeadDrafter(std::unique_ptr<DraftHead> head, double min_confidence)
       : head_(std::move(head)),
+        min_confidence_(min_confidence),
         name_("head:" + head_->file().filename().string()),
         logits_(head_->vocab_ids().size()),
         compact_(head_->vocab_ids().size()) {
@@ -346,6 +347,10 @@ class HeadDrafter final : public Drafter {
     const int k = top_k_children(request);
     // The feature each step produced, by the draft path it consumed ([] = the root step's).
     std::map<std::vector<int32_t>, std::vector<float>> features;
+    // With min_confidence: the head's own softmax (temperature 1, over vocab_ids) after each
+    // expanded prefix. The request's filters may make q a point mass (greedy), so q cannot say
+    // how sure the head is.
+    std::map<std::vector<int32_t>, std::vector<float>> confidence;
     std::vector<int32_t> key;
     const DraftDistributionFn next = [&](std::span<const int32_t> prefix) -> Expected<DraftDistribution> {
       std::span<const float> feature = request.target_feature;
@@ -362,10 +367,15 @@ class HeadDrafter final : public Drafter {
       ++stats_.draft_forwards;
       ++stats_.draft_tokens;
       features.emplace(std::vector<int32_t>(prefix.begin(), prefix.end()), std::move(produced));
+      if (min_confidence_ > 0) confidence.emplace(std::vector<int32_t>(prefix.begin(), prefix.end()), head_probs());
       return distribution(request, k);
     };
+    if (min_confidence_ > 0 && request.shape.kind == TreeShape::Kind::kChain && request.choice == DraftChoice::kTopK) {
+      return confident_chain(request, next, confidence);
+    }
     auto tree = build_draft_tree(request.shape, next, request.choice, request.rng);
     if (!tree) return make_error(name_ + ": " + tree.error().message);
+    if (min_confidence_ > 0) return confident_part(*tree, confidence);
     return tree;
   }
 
@@ -413,7 +423,68 @@ class HeadDrafter final : public Drafter {
     return q;
   }
 
+  // A chain that stops at the first draft whose path probability falls below min_confidence_,
+  // without running the head steps a longer chain would have thrown away.
+  Expected<DraftTree> confident_chain(const DraftRequest& request, const DraftDistributionFn& next,
+                                      const std::map<std::vector<int32_t>, std::vector<float>>& confidence) const {
+    DraftTree chain;
+    std::vector<int32_t> prefix;
+    double path = 1.0;
+    for (size_t depth = 0; depth < request.shape.branching.size(); ++depth) {
+      auto q = next(prefix);
+      if (!q) return q.error();
+      const auto best = std::max_element(q->begin(), q->end());
+      if (best == q->end() || *best <= 0) break;
+      const auto token = static_cast<int32_t>(best - q->begin());
+      path *= head_prob(confidence.at(prefix), token);
+      if (path < min_confidence_) break;
+      auto added = chain.add_child(chain.empty() ? kDraftRoot : chain.size() - 1, token, *best);
+      if (!added) return make_error(name_ + ": " + added.error().message);
+      prefix.push_back(token);
+    }
+    return chain;
+  }
+
+  // The nodes whose path confidence (the head's probabilities multiplied from the first draft
+  // down) is at least min_confidence_, with their ancestors (which have at least the same),
+  // renumbered; parents precede children in both trees.
+  Expected<DraftTree> confident_part(const DraftTree& tree,
+                                     const std::map<std::vector<int32_t>, std::vector<float>>& confidence) const {
+    DraftTree kept;
+    std::vector<double> path_prob(static_cast<size_t>(tree.size()));
+    std::vector<DraftNodeId> new_id(static_cast<size_t>(tree.size()), kDraftRoot);
+    for (DraftNodeId id = 0; id < tree.size(); ++id) {
+      DraftNode node = tree.node(id);
+      const bool root_child = node.parent == kDraftRoot;
+      const auto after = confidence.find(root_child ? std::vector<int32_t>{} : tree.path_tokens(node.parent));
+      if (after == confidence.end()) return make_error(name_ + ": no head step for a drafted node's parent");
+      const double p =
+          (root_child ? 1.0 : path_prob[static_cast<size_t>(node.parent)]) * head_prob(after->second, node.token);
+      path_prob[static_cast<size_t>(id)] = p;
+      if (p < min_confidence_ || (!root_child && new_id[static_cast<size_t>(node.parent)] == kDraftRoot)) continue;
+      node.parent = root_child ? kDraftRoot : new_id[static_cast<size_t>(node.parent)];
+      auto added = kept.add_node(std::move(node));
+      if (!added) return make_error(name_ + ": " + added.error().message);
+      new_id[static_cast<size_t>(id)] = *added;
+    }
+    return kept;
+  }
+
+  // softmax(logits_) at temperature 1, in vocab_ids order.
+  std::vector<float> head_probs() const {
+    std::vector<float> p(logits_);
+    softmax(p.data(), static_cast<int64_t>(p.size()));
+    return p;
+  }
+  // The probability of `token` in such a vector (0 outside vocab_ids).
+  double head_prob(const std::vector<float>& probs, int32_t token) const {
+    const auto ids = head_->vocab_ids();
+    const auto at = std::find(ids.begin(), ids.end(), token);
+    return at == ids.end() ? 0.0 : probs[static_cast<size_t>(at - ids.begin())];
+  }
+
   std::unique_ptr<DraftHead> head_;
+  double min_confidence_ = 0;
   std::string name_;
   std::vector<float> logits_;   // (V) of the latest step, in vocab_ids order
   std::vector<float> compact_;  // (V) scratch
@@ -428,7 +499,10 @@ Expected<std::unique_ptr<Drafter>> make_head_drafter(const Model& target, const 
                                                      const DraftHeadOptions& options) {
   auto head = DraftHead::load(target, head_file, options);
   if (!head) return head.error();
-  return std::unique_ptr<Drafter>(std::make_unique<HeadDrafter>(std::move(*head)));
+  if (!(options.min_confidence >= 0 && options.min_confidence <= 1)) {
+    return make_error("head drafter: min_confidence " + std::to_string(options.min_confidence) + " is outside [0, 1]");
+  }
+  return std::unique_ptr<Drafter>(std::make_unique<HeadDrafter>(std::move(*head), options.min_confidence));
 }
 
 Expected<std::unique_ptr<Drafter>> make_head_drafter(const Model& target, const std::filesystem::path& head_file,

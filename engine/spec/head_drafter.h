@@ -47,6 +47,14 @@ struct DraftHeadOptions {
   // true: activations quantized to int8 per 32 values for the matmuls (the target's
   // --precision int8 kernel, fastest); false: f32 activations against the Q8_0 weights.
   bool int8_activations = true;
+  // > 0: the drafter keeps a node only while the head's confidence in its whole path (the
+  // product, from the first draft down, of each token's probability under the head's own
+  // softmax at temperature 1, whatever the request's filters make of q) stays at or above this,
+  // as ngram's min_confidence does; the tree shape is then an upper bound and a round may draft
+  // nothing.
+  // A verified row costs about a fifth of a CPU decode step, so a draft that is likely
+  // rejected costs more than it can save.
+  double min_confidence = 0;
 };
 
 // A loaded head. `target` must outlive it (the embedding rows are read from its mapping).

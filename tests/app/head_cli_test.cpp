@@ -54,7 +54,10 @@ TEST(HeadCliBadInput, HeadFlags) {
   expect_clean_failure(run_cli(base + "--drafter head"), "--drafter head needs --draft-head FILE");
   expect_clean_failure(run_cli(base + "--drafter ngram --draft-head x.safetensors"),
                        "--draft-head is only used with --drafter head");
-  expect_clean_failure(run_cli(base + "--drafter eagle"), "expected none, ngram, layerskip, model or head");
+  expect_clean_failure(run_cli(base + "--drafter eagle"), "expected none, ngram, layerskip, model, head or ngram+head");
+  expect_clean_failure(run_cli(base + "--drafter ngram+head"), "--drafter ngram+head needs --draft-head FILE");
+  expect_clean_failure(run_cli(base + "--drafter head --draft-head x.safetensors --head-min-confidence 1.5"),
+                       "--head-min-confidence");
   expect_clean_failure(run_cli("specbench --model default --data /no/such.jsonl --drafter head"),
                        "--drafter head needs --draft-head FILE");
   if (!have_default_model()) GTEST_SKIP() << "skipped: default model not downloaded";

@@ -308,5 +308,22 @@ TEST(TransformerDrafters, CudaPlacementWithoutAGpuIsRefused) {
       << message;
 }
 
+// ngram|something: the first drafter's tree when it has one, else the second's.
+TEST(FallbackDrafter, TakesTheSecondTreeOnlyWhenTheFirstIsEmpty) {
+  auto d = make_fallback_drafter(make_ngram_drafter({3, 3, 0}), make_ngram_drafter({1, 1, 0}));
+  EXPECT_EQ(d->name().find('|') != std::string::npos, true) << d->name();
+  EXPECT_FALSE(d->wants_target_feature());
+  // Only a 1-token suffix recurs ("5" -> 6): the 3-token drafter is empty, the 1-token one drafts 6.
+  auto second = d->draft(std::vector<int32_t>{5, 6, 1, 2, 5}, request("chain:1"));
+  ASSERT_TRUE(second.ok()) << second.error().message;
+  ASSERT_EQ(second->size(), 1);
+  EXPECT_EQ(second->node(0).token, 6);
+  // "1 2 3" recurs followed by 4, and "3" alone was last followed by 9: the first drafter's 4 wins.
+  auto first = d->draft(std::vector<int32_t>{1, 2, 3, 4, 7, 3, 9, 1, 2, 3}, request("chain:1"));
+  ASSERT_TRUE(first.ok()) << first.error().message;
+  ASSERT_EQ(first->size(), 1);
+  EXPECT_EQ(first->node(0).token, 4);
+}
+
 }  // namespace
 }  // namespace specula

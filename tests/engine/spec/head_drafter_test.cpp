@@ -460,5 +460,74 @@ TEST_F(HeadDrafterTest, AOneTokenHeadGetsItsDraftsAccepted) {
   fs::remove(file);
 }
 
+// min_confidence keeps exactly the nodes whose path probability (the product of draft_prob from
+// the first draft down) reaches it: on the trained head, over a real feature, a chain stops at
+// the first node below it and a static tree keeps every confident node with its ancestors.
+TEST_F(HeadDrafterTest, MinConfidenceKeepsExactlyTheConfidentNodes) {
+  const fs::path trained = fs::path(SPECULA_TEST_DATA_DIR) / ".." / ".." / "resources" / "draft_heads" /
+                           "smollm2-135m-instruct.head.safetensors";
+  std::vector<float> f;
+  int32_t x = 0;
+  target_feature(model(), chat_prompt(model(), "Write a short poem about the sea."), f, x);
+  const std::vector<int32_t> sequence = {x};
+  auto draft = [&](double min_confidence, const char* shape) {
+    DraftHeadOptions options;
+    options.threads = 1;
+    options.min_confidence = min_confidence;
+    auto drafter = make_head_drafter(model(), trained, options);
+    EXPECT_TRUE(drafter.ok()) << drafter.error().message;
+    DraftRequest request;
+    request.shape = *parse_tree_shape(shape);
+    // q at temperature 1 is the head's own softmax, so draft_prob is the confidence per node
+    // (the greedy loop's filters would make q a point mass; the confidence does not follow q).
+    request.filters = SamplingParams{1.0f, 0, 1.0f, 0};
+    request.target_feature = f;
+    auto tree = (*drafter)->draft(sequence, request);
+    EXPECT_TRUE(tree.ok()) << tree.error().message;
+    return std::move(*tree);
+  };
+  auto path_prob = [](const DraftTree& t, DraftNodeId id) {
+    double p = 1;
+    for (DraftNodeId n : t.path_to(id)) p *= t.node(n).draft_prob;
+    return p;
+  };
+
+  const DraftTree full_chain = draft(0, "chain:6");
+  ASSERT_EQ(full_chain.size(), 6);
+  // A threshold between the path probabilities of depths 2 and 3 keeps depths 1 and 2.
+  const double p2 = path_prob(full_chain, 1), p3 = path_prob(full_chain, 2);
+  ASSERT_GT(p2, p3) << "the chain's path probability must fall with depth";
+  const DraftTree cut = draft((p2 + p3) / 2, "chain:6");
+  ASSERT_EQ(cut.size(), 2);
+  for (DraftNodeId id = 0; id < 2; ++id) {
+    EXPECT_EQ(cut.node(id).token, full_chain.node(id).token);
+    EXPECT_FLOAT_EQ(cut.node(id).draft_prob, full_chain.node(id).draft_prob);
+  }
+  EXPECT_TRUE(draft(std::nextafter(path_prob(full_chain, 0), 2.0), "chain:6").empty());
+
+  const DraftTree full_tree = draft(0, "static:3,2");
+  const double threshold = path_prob(full_tree, full_tree.size() - 1) * 1.5;
+  const DraftTree kept = draft(threshold, "static:3,2");
+  int confident = 0;
+  for (DraftNodeId id = 0; id < full_tree.size(); ++id) confident += path_prob(full_tree, id) >= threshold;
+  EXPECT_EQ(kept.size(), confident);
+  for (DraftNodeId id = 0; id < kept.size(); ++id) EXPECT_GE(path_prob(kept, id), threshold);
+
+  // Under greedy filters q is a point mass, yet the same chain is cut at the same place.
+  DraftHeadOptions options;
+  options.threads = 1;
+  options.min_confidence = (p2 + p3) / 2;
+  auto greedy = make_head_drafter(model(), trained, options);
+  ASSERT_TRUE(greedy.ok());
+  DraftRequest request;
+  request.shape = *parse_tree_shape("chain:6");
+  request.filters = SamplingParams{0.0f, 0, 1.0f, 0};
+  request.target_feature = f;
+  auto greedy_cut = (*greedy)->draft(sequence, request);
+  ASSERT_TRUE(greedy_cut.ok()) << greedy_cut.error().message;
+  ASSERT_EQ(greedy_cut->size(), 2);
+  EXPECT_EQ(greedy_cut->path_tokens(1), cut.path_tokens(1));
+}
+
 }  // namespace
 }  // namespace specula
