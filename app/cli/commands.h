@@ -28,7 +28,7 @@ struct SpeculationArgs {
   int ngram_min = 1;
   int ngram_max_length = 0;
   double ngram_min_confidence = 0.2;  // NgramOptions::min_confidence (0 = fill the tree shape)
-  double head_min_confidence = 0;     // DraftHeadOptions::min_confidence (0 = fill the tree shape)
+  double head_min_confidence = 0.5;   // DraftHeadOptions::min_confidence (0 = fill the tree shape)
   int ngram_history = 0;              // NgramOptions::history_tokens (0 = this sequence only)
   bool no_controller = false;
   std::string sparse = "strict";             // strict | sa | sa-reuse | sffn | smoe | hybrid | ssv-exact | ssv-approx

@@ -31,7 +31,7 @@ TEST(HeadCli, GeneratesAndSpecbenchesWithAHeadFile) {
   if (!have_default_model()) GTEST_SKIP() << "skipped: default model not downloaded";
   const fs::path head = head_file("head.safetensors", 576);
   const auto r = run_cli("generate --model default " + kPrompt + "--drafter head --draft-head " + quote(head) +
-                         " --tree static:2,2 --no-controller --shadow --json");
+                         " --tree static:2,2 --head-min-confidence 0 --no-controller --shadow --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["speculative"]["drafter"].get<std::string>(), "head:head.safetensors");
@@ -39,6 +39,17 @@ TEST(HeadCli, GeneratesAndSpecbenchesWithAHeadFile) {
   EXPECT_GT(j["metrics"]["speculative_rounds"].get<int>(), 0);
   // Greedy speculation with any head gives the plain greedy tokens.
   EXPECT_FALSE(j["shadow"]["diverged"].get<bool>()) << j["shadow"].dump();
+
+  // The shipped head behind ngram, at the default confidence cut.
+  const fs::path shipped = fs::path(SPECULA_TEST_DATA_DIR) / ".." / ".." / "resources" / "draft_heads" /
+                           "smollm2-135m-instruct.head.safetensors";
+  const auto h = run_cli("generate --model default " + kPrompt + "--drafter ngram+head --draft-head " + quote(shipped) +
+                         " --tree chain:8 --no-controller --shadow --json");
+  ASSERT_EQ(h.exit_code, 0) << h.err;
+  const auto hj = nlohmann::json::parse(h.out);
+  EXPECT_NE(hj["speculative"]["drafter"].get<std::string>().find("|head:smollm2-135m-instruct"), std::string::npos)
+      << hj["speculative"]["drafter"];
+  EXPECT_FALSE(hj["shadow"]["diverged"].get<bool>()) << hj["shadow"].dump();
 
   const fs::path data = scratch("items.jsonl");
   std::ofstream(data) << R"({"category": "qa", "turns": ["Name a color."]})"

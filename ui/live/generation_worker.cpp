@@ -7,6 +7,7 @@
 #include "engine/model/model_identity.h"
 #include "engine/sparse/sparse_setup.h"
 #include "engine/spec/drafters.h"
+#include "engine/spec/head_drafter.h"
 #include "engine/text/utf8_stream.h"
 #include "kernels/cpu/cpu_info.h"
 #include "profiler/cupti_capture.h"
@@ -148,7 +149,15 @@ void GenerationWorker::run(const RunRequest& request) {
     return;
   }
   options.sparse = std::move(*sparse);
-  if (!ensure_engine(request.backend, options.sparse)) return;
+  // A head drafter reads the target's final hidden rows, which only the CPU backend keeps.
+  const bool head_drafter = request.drafter == "head" || request.drafter == "ngram+head";
+  if (head_drafter && request.backend == "cuda") {
+    emit failed(tr("The %1 drafter runs on the CPU backend (it reads the target's final hidden states); "
+                   "choose the cpu or auto backend")
+                    .arg(request.drafter));
+    return;
+  }
+  if (!ensure_engine(head_drafter ? QStringLiteral("cpu") : request.backend, options.sparse)) return;
 
   std::unique_ptr<Drafter> drafter;
   if (request.drafter == "ngram") {
@@ -161,8 +170,19 @@ void GenerationWorker::run(const RunRequest& request) {
       return;
     }
     drafter = std::move(*made);
+  } else if (head_drafter) {
+    DraftHeadOptions head_options;
+    head_options.pool = &engine_->cpu_transformer()->thread_pool();
+    head_options.min_confidence = request.head_min_confidence;
+    auto made = make_head_drafter(*model_, request.draft_head.toStdString(), head_options);
+    if (!made) {
+      emit failed(tr("Draft head: %1").arg(QString::fromStdString(made.error().message)));
+      return;
+    }
+    drafter =
+        request.drafter == "head" ? std::move(*made) : make_fallback_drafter(make_ngram_drafter(), std::move(*made));
   } else if (request.drafter != "none") {
-    emit failed(tr("Unknown drafter '%1' (none, ngram or layerskip)").arg(request.drafter));
+    emit failed(tr("Unknown drafter '%1' (none, ngram, layerskip, head or ngram+head)").arg(request.drafter));
     return;
   }
 
@@ -187,6 +207,8 @@ void GenerationWorker::run(const RunRequest& request) {
                                    {"max_tokens", options.max_tokens},
                                    {"temperature", options.sampling.temperature},
                                    {"drafter", request.drafter.toStdString()},
+                                   {"draft_head", request.draft_head.toStdString()},
+                                   {"head_min_confidence", request.head_min_confidence},
                                    {"tree", request.drafter == "none" ? "none" : options.tree.to_string()},
                                    {"accept", options.accept},
                                    {"prompt_tokens", prompt.size()},

@@ -20,15 +20,17 @@ struct RunRequest {
   QString prompt;
   bool chat = true;
   GenerateOptions options;
-  QString drafter = "none";        // none | ngram | layerskip
-  QString tree = "chain:4";        // chain:K | static:B1,B2,... | dynamic:DEPTH,TOPK,TOTAL
-  QString accept = "greedy";       // greedy | sample | cascade:TAU
-  QString layers = "every-other";  // layerskip subset
-  QString backend = "auto";        // where the target runs: auto (the GPU when present and the run
-                                   // needs nothing CPU-only) | cpu | cuda; layerskip drafts beside it
-  QString sparse = "strict";       // a preset of engine/sparse/sparse_config.h
-  QString sparse_config;           // a sparse config JSON file; when set it replaces `sparse`
-  QString session_path;            // record the run here (SQLite); empty = don't record
+  QString drafter = "none";          // none | ngram | layerskip | head | ngram+head
+  QString draft_head;                // head drafters: the head file (engine/spec/head_drafter.h)
+  double head_min_confidence = 0.5;  // DraftHeadOptions::min_confidence, as specula-cli's default
+  QString tree = "chain:4";          // chain:K | static:B1,B2,... | dynamic:DEPTH,TOPK,TOTAL
+  QString accept = "greedy";         // greedy | sample | cascade:TAU
+  QString layers = "every-other";    // layerskip subset
+  QString backend = "auto";          // where the target runs: auto (the GPU when present and the run
+                                     // needs nothing CPU-only) | cpu | cuda; layerskip drafts beside it
+  QString sparse = "strict";         // a preset of engine/sparse/sparse_config.h
+  QString sparse_config;             // a sparse config JSON file; when set it replaces `sparse`
+  QString session_path;              // record the run here (SQLite); empty = don't record
 };
 
 // What made a streamed piece of text (the run panel colours by it).

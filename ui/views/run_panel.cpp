@@ -76,7 +76,12 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
   model_row->addWidget(backend_);
 
   drafter_ = new QComboBox;
-  drafter_->addItems({"none", "ngram", "layerskip"});
+  drafter_->addItems({"none", "ngram", "layerskip", "head", "ngram+head"});
+  drafter_->setToolTip(
+      tr("head: a trained draft head (CPU only); ngram+head: ngram's drafts when the text repeats, "
+         "else the head's"));
+  head_button_ = new QPushButton;
+  head_button_->setToolTip(tr("The draft head file (specula-draft-head safetensors) for the head drafters"));
   drafter_->setCurrentText("ngram");
   tree_edit_ = new QLineEdit("chain:4");
   tree_edit_->setToolTip(tr("chain:K | static:B1,B2,... | dynamic:DEPTH,TOPK,TOTAL"));
@@ -124,6 +129,7 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
   auto* spec_row = new QHBoxLayout;
   spec_row->addWidget(new QLabel(tr("Drafter")));
   spec_row->addWidget(drafter_);
+  spec_row->addWidget(head_button_);
   spec_row->addWidget(new QLabel(tr("Tree")));
   spec_row->addWidget(tree_edit_);
   spec_row->addWidget(new QLabel(tr("Accept")));
@@ -253,8 +259,14 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
   connect(library_, &QComboBox::currentIndexChanged, this, [this](int index) {
     if (index >= 1 && index <= prompts_.size()) prompt_edit_->setPlainText(prompts_[index - 1].text);
   });
-  connect(drafter_, &QComboBox::currentTextChanged, this,
-          [this](const QString& d) { tree_edit_->setEnabled(d != "none"); });
+  connect(head_button_, &QPushButton::clicked, this, &RunPanel::chooseDraftHead);
+  connect(drafter_, &QComboBox::currentTextChanged, this, [this](const QString& d) {
+    tree_edit_->setEnabled(d != "none");
+    head_button_->setEnabled(d == "head" || d == "ngram+head");
+  });
+  head_button_->setEnabled(false);
+  const QString shipped = QStringLiteral(SPECULA_DRAFT_HEADS_DIR "/smollm2-135m-instruct.head.safetensors");
+  setDraftHeadFile(QFileInfo::exists(shipped) ? shipped : QString());
 }
 
 RunPanel::~RunPanel() {
@@ -301,6 +313,17 @@ void RunPanel::setSparseConfigFile(const QString& path) {
   sparse_file_label_->setToolTip(path);
   sparse_clear_->setVisible(!path.isEmpty());
   sparse_->setEnabled(path.isEmpty());
+}
+
+void RunPanel::setDraftHeadFile(const QString& path) {
+  head_file_ = path;
+  head_button_->setText(path.isEmpty() ? tr("Head...") : tr("Head: %1").arg(QFileInfo(path).fileName()));
+}
+
+void RunPanel::chooseDraftHead() {
+  const QString path = QFileDialog::getOpenFileName(this, tr("Open a draft head"), QFileInfo(head_file_).path(),
+                                                    tr("Draft heads (*.safetensors)"));
+  if (!path.isEmpty()) setDraftHeadFile(path);
 }
 
 void RunPanel::chooseSparseConfig() {
@@ -368,6 +391,13 @@ void RunPanel::startRun() {
     emit runFinished(false);
     return;
   }
+  const bool head_drafter = drafter_->currentText() == "head" || drafter_->currentText() == "ngram+head";
+  if (head_drafter && head_file_.isEmpty()) {
+    counters_->setText(
+        tr("Choose a draft head file first (Head...): the %1 drafter needs one.").arg(drafter_->currentText()));
+    emit runFinished(false);
+    return;
+  }
   RunRequest request;
   request.model_spec = model_edit_->text().trimmed();
   request.prompt = prompt_edit_->toPlainText();
@@ -375,6 +405,7 @@ void RunPanel::startRun() {
   request.options.max_tokens = max_tokens_->value();
   request.options.sampling.temperature = static_cast<float>(temperature_->value());
   request.drafter = drafter_->currentText();
+  if (head_drafter) request.draft_head = head_file_;
   request.backend = backend_->currentText();
   request.tree = tree_edit_->text().trimmed();
   request.accept = accept_->currentText().trimmed();

@@ -33,7 +33,7 @@ class RunPanel : public QWidget {
 
   void setModelSpec(const QString& spec);
   void setPrompt(const QString& prompt);
-  void setDrafter(const QString& drafter);  // none | ngram | layerskip
+  void setDrafter(const QString& drafter);  // none | ngram | layerskip | head | ngram+head
   void setBackend(const QString& backend);  // auto | cpu | cuda
   void setTree(const QString& tree);
   void setMaxTokens(int tokens);
@@ -48,6 +48,10 @@ class RunPanel : public QWidget {
   QString acceptRule() const;  // greedy | sample | cascade:TAU
   void setSparsePreset(const QString& preset);
   void setSparseConfigFile(const QString& path);
+  // The draft head file for the head and ngram+head drafters (a specula-draft-head safetensors
+  // trained for the model); starts as the one shipped for SmolLM2-135M-Instruct when found.
+  void setDraftHeadFile(const QString& path);
+  QString draftHeadFile() const { return head_file_; }
   QString sparsePreset() const;
   QString sparseConfigFile() const { return sparse_file_; }
   static QStringList sparsePresets();
@@ -88,7 +92,7 @@ class RunPanel : public QWidget {
 
  signals:
   void runFinished(bool ok);
-  void sessionRecorded(const QString& path);  // a finished run's session file
+  void sessionRecorded(const QString& path);                     // a finished run's session file
   void kvTrafficChanged(qint64 read_bytes, qint64 dense_bytes);  // after every round (running totals)
   void modelLoadProgress(int permille);
 
@@ -101,6 +105,7 @@ class RunPanel : public QWidget {
   void browseModelDirectory();
   void choosePromptFile();
   void chooseSparseConfig();
+  void chooseDraftHead();
   void hideLoadBar();
   void addPrompts(const QVector<LibraryPrompt>& prompts);
 
@@ -115,6 +120,8 @@ class RunPanel : public QWidget {
   QLabel* sparse_file_label_ = nullptr;
   QPushButton* sparse_clear_ = nullptr;
   QString sparse_file_;
+  QPushButton* head_button_ = nullptr;  // shows the chosen head file; enabled for head drafters
+  QString head_file_;
   QString last_error_;
   QPointer<QMessageBox> error_box_;
   qint64 kv_read_ = 0;

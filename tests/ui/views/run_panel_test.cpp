@@ -358,5 +358,47 @@ TEST(RunPanel, CorruptModelFileRaisesADialogAndTheDefaultModelStillRuns) {
   EXPECT_TRUE(*outcome) << panel.lastError().toStdString();
 }
 
+// The head drafters: the shipped head is offered, a run without a head file or on the cuda
+// backend is refused with a message, and ngram+head runs on the CPU and is recorded as such.
+TEST(RunPanel, HeadDraftersNeedAHeadFileAndRunOnTheCpu) {
+  if (!have_default_model()) GTEST_SKIP() << "skipped: default model not downloaded";
+  QTemporaryDir dir;
+  RunPanel panel;
+  panel.setSessionDirectory(dir.path());
+  panel.setMaxTokens(32);
+  panel.setPrompt("Repeat after me: one two three four five, one two three four five, one two three");
+  const QString shipped = panel.draftHeadFile();
+  ASSERT_FALSE(shipped.isEmpty()) << "the head shipped in resources/draft_heads should be offered";
+
+  panel.setDrafter("head");
+  panel.setDraftHeadFile(QString());
+  auto outcome = run_and_wait(panel, 30000);
+  ASSERT_TRUE(outcome.has_value());
+  EXPECT_FALSE(*outcome);
+  EXPECT_FALSE(panel.isRunning());
+
+  panel.setDraftHeadFile(shipped);
+  panel.setBackend("cuda");
+  outcome = run_and_wait(panel, 60000);
+  ASSERT_TRUE(outcome.has_value());
+  EXPECT_FALSE(*outcome);
+  EXPECT_NE(panel.lastError().indexOf("CPU backend"), -1) << panel.lastError().toStdString();
+
+  panel.setBackend("auto");
+  panel.setDrafter("ngram+head");
+  QString recorded;
+  QObject::connect(&panel, &RunPanel::sessionRecorded, [&](const QString& path) { recorded = path; });
+  outcome = run_and_wait(panel, 120000);
+  ASSERT_TRUE(outcome.has_value()) << "run did not finish in time";
+  ASSERT_TRUE(*outcome) << panel.lastError().toStdString();
+  ASSERT_FALSE(recorded.isEmpty());
+  auto store = profiler::SessionStore::open(recorded.toStdString());
+  ASSERT_TRUE(store) << store.error().message;
+  auto info = store->read_session();
+  ASSERT_TRUE(info);
+  EXPECT_NE(info->config_json.find("\"drafter\":\"ngram+head\""), std::string::npos) << info->config_json;
+  EXPECT_NE(info->config_json.find("\"backend\":\"cpu\""), std::string::npos) << info->config_json;
+}
+
 }  // namespace
 }  // namespace specula::ui
