@@ -89,6 +89,10 @@ INSTRUCTIONS = [
     "Write a Python function related to {a}, and explain it.",
     "Compare {a} and {b} in a short essay.",
     "Why do people care about {a}?",
+    "Who first thought of {a}, and when?",
+    "In one paragraph, what should everyone know about {a}?",
+    "Imagine you are a tour guide. Describe {a} to visitors.",
+    "Write a short dialogue between two friends about {a} and {b}.",
 ]
 
 NAMES = ["Maria", "John", "Aisha", "Tom", "Lena", "Carlos", "Mei", "Ravi", "Sara", "Peter", "Olga", "Ken"]
