@@ -460,7 +460,7 @@ Expected<std::vector<BenchItem>> read_specbench(const std::string& path, int lim
 
 int run_specbench(const SpecbenchArgs& args) {
   if (args.spec.drafter == "none")
-    return fail("specbench: --drafter none has nothing to compare; pick ngram, layerskip, model or head");
+    return fail("specbench: --drafter none has nothing to compare; pick ngram, layerskip, model, head or ngram+head");
   if (auto ok = check_speculation_flags(args.spec, 0.0f); !ok) return fail(ok.error().message);
   const auto kind = target_backend_kind(args.spec, args.backend);
   if (!kind) return fail(kind.error().message);
