@@ -127,12 +127,9 @@ Expected<SparseConfig> sparse_config(const SpeculationArgs& spec, const Model& m
 
 Expected<std::string> target_backend_kind(const SpeculationArgs& spec, const std::string& kind) {
   if (!uses_draft_head(spec)) return kind;
-  if (kind == "cuda") {
-    return make_error(
-        "--backend cuda: the head drafter runs on the CPU backend (it reads the target's final-norm "
-        "features, which only the CPU backend keeps); use --backend cpu");
-  }
-  return kind == "auto" ? std::string("cpu") : kind;
+  auto head_kind = head_drafter_target_backend(kind);
+  if (!head_kind) return make_error("--backend " + kind + ": " + head_kind.error().message);
+  return head_kind;
 }
 
 // nullptr for --drafter none.
@@ -157,10 +154,7 @@ Expected<std::unique_ptr<Drafter>> make_drafter(const SpeculationArgs& spec, con
     if (!draft) return make_error("--draft-model: " + draft.error().message);
     return make_model_drafter(target, std::make_unique<Model>(std::move(*draft)), where);
   }
-  if (uses_draft_head(spec)) {
-    if (target_backend != "cpu") {
-      return make_error("the head drafter runs on the CPU backend; the target is on the " + target_backend);
-    }
+  if (uses_draft_head(spec)) {  // SpeculativeEngine refuses it on a backend without target features
     DraftHeadOptions options;
     options.threads = threads;
     options.pool = target_pool;

@@ -1,10 +1,8 @@
 #include "engine/backend/cpu_backend.h"
 
 #include <string>
-#include <vector>
 
 #include "engine/backend/cuda_backend.h"
-#include "kernels/cpu/activation.h"
 
 namespace specula {
 namespace {
@@ -15,23 +13,6 @@ class CpuSession final : public BackendSession {
   Status forward(std::span<const int32_t> tokens, std::span<const int32_t> positions, const AttentionMask* mask,
                  std::span<float> logits, LogitRows rows, const ForwardContext* context) override {
     return transformer_->forward(tokens, positions, mask, kv_, logits, rows, context);
-  }
-  // BackendSession::forward_greedy with a logits buffer kept across calls: the default's fresh
-  // (rows, vocab) vector per verify (~1 MB for 5 rows) cost page faults and a memset each round.
-  Status forward_greedy(std::span<const int32_t> tokens, std::span<const int32_t> positions, const AttentionMask* mask,
-                        std::span<int32_t> greedy, LogitRows rows, const ForwardContext* context) override {
-    const size_t n_out = rows == LogitRows::All ? tokens.size() : 1;
-    if (greedy.size() != n_out) {
-      return make_error("forward_greedy: room for " + std::to_string(greedy.size()) + " tokens, the forward gives " +
-                        std::to_string(n_out));
-    }
-    const auto V = static_cast<size_t>(vocab_size());
-    if (logits_.size() < n_out * V) logits_.resize(n_out * V);
-    if (auto ok = forward(tokens, positions, mask, std::span(logits_).first(n_out * V), rows, context); !ok) return ok;
-    for (size_t r = 0; r < n_out; ++r) {
-      greedy[r] = static_cast<int32_t>(argmax_f32(logits_.data() + r * V, static_cast<int64_t>(V)));
-    }
-    return {};
   }
   Status last_features(int64_t row, std::span<float> out) override { return transformer_->last_features(row, out); }
   Status commit(std::span<const int> keep_rows) override { return kv_.commit(keep_rows); }
@@ -45,7 +26,6 @@ class CpuSession final : public BackendSession {
  private:
   CpuTransformer* transformer_;
   KvCache kv_;
-  std::vector<float> logits_;  // forward_greedy's (rows, vocab) scratch
 };
 
 }  // namespace

@@ -10,6 +10,7 @@ class CpuBackend final : public TransformerBackend {
   const ModelConfig& config() const override { return transformer_.config(); }
   std::string name() const override { return "cpu"; }
   int64_t kv_row_bytes() const override;  // f32 K and V
+  bool keeps_target_features() const override { return true; }
   std::string device() const override;
   Expected<std::unique_ptr<BackendSession>> start(int block_size, int64_t capacity) override;
   CpuTransformer& transformer() { return transformer_; }

@@ -68,6 +68,8 @@ class TransformerBackend {
   virtual Expected<std::unique_ptr<BackendSession>> start(int block_size, int64_t capacity) = 0;
   // Bytes of one KV row over all layers, K and V, as this backend stores them.
   virtual int64_t kv_row_bytes() const = 0;
+  // Whether its sessions answer BackendSession::last_features (a draft head's input).
+  virtual bool keeps_target_features() const { return false; }
   // Decode steps at the start of a session that carry one-time costs (the CUDA backend captures
   // its graph on the first), which a break-even controller must not take as a step's cost.
   virtual int warmup_steps() const { return 0; }

@@ -330,6 +330,8 @@ class HeadDrafter final : public Drafter {
         compact_(head_->vocab_ids().size()) {
     const auto ids = head_->vocab_ids();
     support_ = static_cast<size_t>(*std::max_element(ids.begin(), ids.end())) + 1;
+    position_.assign(support_, -1);
+    for (size_t j = 0; j < ids.size(); ++j) position_[static_cast<size_t>(ids[j])] = static_cast<int32_t>(j);
   }
 
   std::string name() const override { return name_; }
@@ -345,41 +347,45 @@ class HeadDrafter final : public Drafter {
                         " floats, the head's hidden size is " + std::to_string(H));
     }
     const int k = top_k_children(request);
-    // The feature each step produced, by the draft path it consumed ([] = the root step's).
-    std::map<std::vector<int32_t>, std::vector<float>> features;
-    // With min_confidence: the head's own softmax (temperature 1, over vocab_ids) after each
-    // expanded prefix. The request's filters may make q a point mass (greedy), so q cannot say
-    // how sure the head is.
-    std::map<std::vector<int32_t>, std::vector<float>> confidence;
+    // What each step produced, by the draft path it consumed ([] = the root step's).
+    Steps steps;
     std::vector<int32_t> key;
     const DraftDistributionFn next = [&](std::span<const int32_t> prefix) -> Expected<DraftDistribution> {
       std::span<const float> feature = request.target_feature;
       int32_t token = sequence.back();
       if (!prefix.empty()) {
         key.assign(prefix.begin(), prefix.end() - 1);
-        const auto parent = features.find(key);
-        if (parent == features.end()) return make_error(name_ + ": a draft node came before its parent");
-        feature = parent->second;
+        const auto parent = steps.find(key);
+        if (parent == steps.end()) return make_error(name_ + ": a draft node came before its parent");
+        feature = parent->second.feature;
         token = prefix.back();
       }
       std::vector<float> produced(H);
       if (auto s = head_->step(feature, token, produced, logits_); !s) return s.error();
       ++stats_.draft_forwards;
       ++stats_.draft_tokens;
-      features.emplace(std::vector<int32_t>(prefix.begin(), prefix.end()), std::move(produced));
-      if (min_confidence_ > 0) confidence.emplace(std::vector<int32_t>(prefix.begin(), prefix.end()), head_probs());
+      steps.emplace(std::vector<int32_t>(prefix.begin(), prefix.end()),
+                    Step{std::move(produced), min_confidence_ > 0 ? head_probs() : std::vector<float>{}});
       return distribution(request, k);
     };
     if (min_confidence_ > 0 && request.shape.kind == TreeShape::Kind::kChain && request.choice == DraftChoice::kTopK) {
-      return confident_chain(request, next, confidence);
+      return confident_chain(request, next, steps);
     }
     auto tree = build_draft_tree(request.shape, next, request.choice, request.rng);
     if (!tree) return make_error(name_ + ": " + tree.error().message);
-    if (min_confidence_ > 0) return confident_part(*tree, confidence);
+    if (min_confidence_ > 0) return confident_part(*tree, steps);
     return tree;
   }
 
  private:
+  struct Step {
+    std::vector<float> feature;  // (H) the predicted next feature
+    // With min_confidence: the head's own softmax (temperature 1, vocab_ids order). The request's
+    // filters may make q a point mass (greedy), so q cannot say how sure the head is.
+    std::vector<float> probs;
+  };
+  using Steps = std::map<std::vector<int32_t>, Step>;
+
   // The most children the builder takes from one q when it takes the top-k of an unfiltered
   // softmax (then only those need to be listed, as TransformerDrafter's forward_top_k path
   // does), else 0: the whole distribution through the filters.
@@ -426,7 +432,7 @@ class HeadDrafter final : public Drafter {
   // A chain that stops at the first draft whose path probability falls below min_confidence_,
   // without running the head steps a longer chain would have thrown away.
   Expected<DraftTree> confident_chain(const DraftRequest& request, const DraftDistributionFn& next,
-                                      const std::map<std::vector<int32_t>, std::vector<float>>& confidence) const {
+                                      const Steps& steps) const {
     DraftTree chain;
     std::vector<int32_t> prefix;
     double path = 1.0;
@@ -436,7 +442,7 @@ class HeadDrafter final : public Drafter {
       const auto best = std::max_element(q->begin(), q->end());
       if (best == q->end() || *best <= 0) break;
       const auto token = static_cast<int32_t>(best - q->begin());
-      path *= head_prob(confidence.at(prefix), token);
+      path *= head_prob(steps.at(prefix).probs, token);
       if (path < min_confidence_) break;
       auto added = chain.add_child(chain.empty() ? kDraftRoot : chain.size() - 1, token, *best);
       if (!added) return make_error(name_ + ": " + added.error().message);
@@ -448,18 +454,17 @@ class HeadDrafter final : public Drafter {
   // The nodes whose path confidence (the head's probabilities multiplied from the first draft
   // down) is at least min_confidence_, with their ancestors (which have at least the same),
   // renumbered; parents precede children in both trees.
-  Expected<DraftTree> confident_part(const DraftTree& tree,
-                                     const std::map<std::vector<int32_t>, std::vector<float>>& confidence) const {
+  Expected<DraftTree> confident_part(const DraftTree& tree, const Steps& steps) const {
     DraftTree kept;
     std::vector<double> path_prob(static_cast<size_t>(tree.size()));
     std::vector<DraftNodeId> new_id(static_cast<size_t>(tree.size()), kDraftRoot);
     for (DraftNodeId id = 0; id < tree.size(); ++id) {
       DraftNode node = tree.node(id);
       const bool root_child = node.parent == kDraftRoot;
-      const auto after = confidence.find(root_child ? std::vector<int32_t>{} : tree.path_tokens(node.parent));
-      if (after == confidence.end()) return make_error(name_ + ": no head step for a drafted node's parent");
+      const auto after = steps.find(root_child ? std::vector<int32_t>{} : tree.path_tokens(node.parent));
+      if (after == steps.end()) return make_error(name_ + ": no head step for a drafted node's parent");
       const double p =
-          (root_child ? 1.0 : path_prob[static_cast<size_t>(node.parent)]) * head_prob(after->second, node.token);
+          (root_child ? 1.0 : path_prob[static_cast<size_t>(node.parent)]) * head_prob(after->second.probs, node.token);
       path_prob[static_cast<size_t>(id)] = p;
       if (p < min_confidence_ || (!root_child && new_id[static_cast<size_t>(node.parent)] == kDraftRoot)) continue;
       node.parent = root_child ? kDraftRoot : new_id[static_cast<size_t>(node.parent)];
@@ -478,18 +483,18 @@ class HeadDrafter final : public Drafter {
   }
   // The probability of `token` in such a vector (0 outside vocab_ids).
   double head_prob(const std::vector<float>& probs, int32_t token) const {
-    const auto ids = head_->vocab_ids();
-    const auto at = std::find(ids.begin(), ids.end(), token);
-    return at == ids.end() ? 0.0 : probs[static_cast<size_t>(at - ids.begin())];
+    const int32_t j = token >= 0 && static_cast<size_t>(token) < support_ ? position_[static_cast<size_t>(token)] : -1;
+    return j < 0 ? 0.0 : probs[static_cast<size_t>(j)];
   }
 
   std::unique_ptr<DraftHead> head_;
   double min_confidence_ = 0;
   std::string name_;
-  std::vector<float> logits_;   // (V) of the latest step, in vocab_ids order
-  std::vector<float> compact_;  // (V) scratch
-  std::vector<int32_t> order_;  // (V) scratch
-  size_t support_ = 0;          // largest vocab id + 1
+  std::vector<float> logits_;      // (V) of the latest step, in vocab_ids order
+  std::vector<float> compact_;     // (V) scratch
+  std::vector<int32_t> order_;     // (V) scratch
+  size_t support_ = 0;             // largest vocab id + 1
+  std::vector<int32_t> position_;  // (support_) a token's index in vocab_ids, -1 when not drafted
   DrafterStats stats_;
 };
 
@@ -510,6 +515,14 @@ Expected<std::unique_ptr<Drafter>> make_head_drafter(const Model& target, const 
   DraftHeadOptions options;
   options.threads = threads;
   return make_head_drafter(target, head_file, options);
+}
+
+Expected<std::string> head_drafter_target_backend(const std::string& requested) {
+  if (requested == "auto" || requested == "cpu") return std::string("cpu");
+  return make_error(
+      "the head drafter runs on the CPU backend (it reads the target's final-norm features, which "
+      "only the CPU backend keeps), not on " +
+      requested + "; use the cpu or auto backend");
 }
 
 }  // namespace specula

@@ -91,4 +91,8 @@ Expected<std::unique_ptr<Drafter>> make_head_drafter(const Model& target, const 
 Expected<std::unique_ptr<Drafter>> make_head_drafter(const Model& target, const std::filesystem::path& head_file,
                                                      const DraftHeadOptions& options);
 
+// Where the target of a head drafter runs, from a requested backend kind: "auto" and "cpu" give
+// "cpu" (only the CPU backend keeps the target's features); "cuda" is refused, saying why.
+Expected<std::string> head_drafter_target_backend(const std::string& requested);
+
 }  // namespace specula

@@ -214,7 +214,7 @@ Expected<SpeculativeResult> SpeculativeEngine::generate(std::span<const int32_t>
   // A drafter that reads the target's features (the head drafter) gets, each round, the
   // final-norm row that produced the pending token; only the CPU backend keeps those rows.
   const bool wants_feature = drafter && drafter->wants_target_feature();
-  if (wants_feature && backend_->name() != "cpu") {
+  if (wants_feature && !backend_->keeps_target_features()) {
     return make_error("drafter " + drafter->name() + " needs the target's final-norm features, which the " +
                       backend_->name() + " backend does not provide; the head drafter runs on the CPU backend");
   }

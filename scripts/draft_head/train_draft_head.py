@@ -355,7 +355,7 @@ def walk_rounds(accepted, depth):
     return tokens, rounds
 
 
-def export(head, vocab_ids, args, meta, path):
+def export(head, vocab_ids, meta, path):
     from safetensors.torch import save_file  # noqa: PLC0415 (optional dependency, only here)
     sd = head.state_dict()
     t = {
@@ -493,7 +493,7 @@ def main():
             "vocab_size": m32.config.vocab_size, "rms_eps": eps, "target": mfile,
             "trained_by": "scripts/draft_head/train_draft_head.py", "commit": a.commit, "seed": a.seed,
             "train_sequences": len(seqs), "train_tokens": sum(map(len, seqs)), "train_steps": tr["steps"]}
-    export(head, vocab_ids, a, meta, a.out)
+    export(head, vocab_ids, meta, a.out)
     log(f"wrote {a.out}")
 
     if a.reference:

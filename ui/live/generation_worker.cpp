@@ -151,13 +151,16 @@ void GenerationWorker::run(const RunRequest& request) {
   options.sparse = std::move(*sparse);
   // A head drafter reads the target's final hidden rows, which only the CPU backend keeps.
   const bool head_drafter = request.drafter == "head" || request.drafter == "ngram+head";
-  if (head_drafter && request.backend == "cuda") {
-    emit failed(tr("The %1 drafter runs on the CPU backend (it reads the target's final hidden states); "
-                   "choose the cpu or auto backend")
-                    .arg(request.drafter));
-    return;
+  QString backend = request.backend;
+  if (head_drafter) {
+    auto kind = head_drafter_target_backend(request.backend.toStdString());
+    if (!kind) {
+      emit failed(tr("Backend: %1").arg(QString::fromStdString(kind.error().message)));
+      return;
+    }
+    backend = QString::fromStdString(*kind);
   }
-  if (!ensure_engine(head_drafter ? QStringLiteral("cpu") : request.backend, options.sparse)) return;
+  if (!ensure_engine(backend, options.sparse)) return;
 
   std::unique_ptr<Drafter> drafter;
   if (request.drafter == "ngram") {

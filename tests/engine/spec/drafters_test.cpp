@@ -311,7 +311,7 @@ TEST(TransformerDrafters, CudaPlacementWithoutAGpuIsRefused) {
 // ngram|something: the first drafter's tree when it has one, else the second's.
 TEST(FallbackDrafter, TakesTheSecondTreeOnlyWhenTheFirstIsEmpty) {
   auto d = make_fallback_drafter(make_ngram_drafter({3, 3, 0}), make_ngram_drafter({1, 1, 0}));
-  EXPECT_EQ(d->name().find('|') != std::string::npos, true) << d->name();
+  EXPECT_NE(d->name().find('|'), std::string::npos) << d->name();
   EXPECT_FALSE(d->wants_target_feature());
   // Only a 1-token suffix recurs ("5" -> 6): the 3-token drafter is empty, the 1-token one drafts 6.
   auto second = d->draft(std::vector<int32_t>{5, 6, 1, 2, 5}, request("chain:1"));
