@@ -368,15 +368,9 @@ def export(head, vocab_ids, meta, path):
     save_file(t, path, metadata={k: str(v) for k, v in meta.items()})
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", required=True, help="target GGUF (SmolLM2-135M-Instruct.Q4_1.gguf)")
-    ap.add_argument("--eval-data", required=True, help="specbench-dev.jsonl (evaluation only)")
-    ap.add_argument("--out", required=True, help="head file to write (.safetensors)")
-    ap.add_argument("--report", required=True, help="JSON report")
-    ap.add_argument("--reference", help="reference vectors JSON for tests/spec")
+def add_data_args(ap):
+    """The data flags train_draft_head.py and eagle_probe.py share (same values: same cached data)."""
     ap.add_argument("--work", default="/tmp/draft_head", help="cache of generated data between runs")
-    ap.add_argument("--commit", default="unknown")
     ap.add_argument("--seed", type=int, default=12)
     ap.add_argument("--stage1", type=int, default=4096)
     ap.add_argument("--stage2", type=int, default=2048)
@@ -385,31 +379,12 @@ def main():
     ap.add_argument("--temperature", type=float, default=0.9,
                     help="sampling temperature of the training answers (0 = greedy); labels stay greedy")
     ap.add_argument("--gen-batch", type=int, default=512)
-    ap.add_argument("--ffn", type=int, default=1024)
-    ap.add_argument("--vocab", type=int, default=8192)
-    ap.add_argument("--unroll", type=int, default=4)
-    ap.add_argument("--batch", type=int, default=4096)
-    ap.add_argument("--lr", type=float, default=2e-3)
-    ap.add_argument("--feature-weight", type=float, default=0.5)
-    ap.add_argument("--train-seconds", type=float, default=150)
-    ap.add_argument("--max-steps", type=int, default=1 << 30)
-    ap.add_argument("--eval-limit", type=int, default=0, help="Spec-Bench items (0 = all)")
-    ap.add_argument("--stop-after-data", action="store_true")
-    a = ap.parse_args()
 
-    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
-    import transformers  # noqa: PLC0415
-    dev = "cuda"
-    torch.manual_seed(a.seed)
-    rng = random.Random(a.seed)
+
+def training_pairs(a, tok, m16, dev, rng):
+    """The generated (prompt, answer) pairs, from a.work's cache when it holds them: returns
+    (held-out pairs, training sequences prompt + answer)."""
     os.makedirs(a.work, exist_ok=True)
-    mdir, mfile = os.path.dirname(os.path.abspath(a.model)), os.path.basename(a.model)
-    tok = AutoTokenizer.from_pretrained(mdir, gguf_file=mfile)
-    log("loading the target (bf16 for generation, float32 for features)")
-    m16 = AutoModelForCausalLM.from_pretrained(mdir, gguf_file=mfile, dtype=torch.bfloat16).to(dev).eval()
-    m32 = AutoModelForCausalLM.from_pretrained(mdir, gguf_file=mfile, dtype=torch.float32).to(dev).eval()
-    tok.padding_side = "left"
-
     cache = os.path.join(a.work, f"data_s{a.seed}_{a.stage1}_{a.stage2}_t{a.temperature}.pt")
     if os.path.exists(cache):
         log(f"reusing {cache}")
@@ -428,6 +403,51 @@ def main():
     held = pairs[:len(pairs) // 20]  # held out: measures how far training accuracy generalizes
     seqs = [p + ans for p, ans in pairs[len(held):]]
     log(f"{len(seqs)} sequences, {sum(map(len, seqs))} tokens")
+    return held, seqs
+
+
+CATEGORIES = ("translation", "summarization", "qa", "math_reasoning", "rag")
+
+
+def category_of(c):
+    """Spec-Bench's categories, MT-bench's eight folded into one."""
+    return c if c in CATEGORIES else "mt_bench"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", required=True, help="target GGUF (SmolLM2-135M-Instruct.Q4_1.gguf)")
+    ap.add_argument("--eval-data", required=True, help="specbench-dev.jsonl (evaluation only)")
+    ap.add_argument("--out", required=True, help="head file to write (.safetensors)")
+    ap.add_argument("--report", required=True, help="JSON report")
+    ap.add_argument("--reference", help="reference vectors JSON for tests/spec")
+    ap.add_argument("--commit", default="unknown")
+    add_data_args(ap)
+    ap.add_argument("--ffn", type=int, default=1024)
+    ap.add_argument("--vocab", type=int, default=8192)
+    ap.add_argument("--unroll", type=int, default=4)
+    ap.add_argument("--batch", type=int, default=4096)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--feature-weight", type=float, default=0.5)
+    ap.add_argument("--train-seconds", type=float, default=150)
+    ap.add_argument("--max-steps", type=int, default=1 << 30)
+    ap.add_argument("--eval-limit", type=int, default=0, help="Spec-Bench items (0 = all)")
+    ap.add_argument("--stop-after-data", action="store_true")
+    a = ap.parse_args()
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
+    import transformers  # noqa: PLC0415
+    dev = "cuda"
+    torch.manual_seed(a.seed)
+    rng = random.Random(a.seed)
+    mdir, mfile = os.path.dirname(os.path.abspath(a.model)), os.path.basename(a.model)
+    tok = AutoTokenizer.from_pretrained(mdir, gguf_file=mfile)
+    log("loading the target (bf16 for generation, float32 for features)")
+    m16 = AutoModelForCausalLM.from_pretrained(mdir, gguf_file=mfile, dtype=torch.bfloat16).to(dev).eval()
+    m32 = AutoModelForCausalLM.from_pretrained(mdir, gguf_file=mfile, dtype=torch.float32).to(dev).eval()
+    tok.padding_side = "left"
+
+    held, seqs = training_pairs(a, tok, m16, dev, rng)
     if a.stop_after_data:
         return
 
@@ -474,14 +494,13 @@ def main():
     log(f"  held-out training-like answers, tokens a round if every position started one: {held_acc}")
     shapes = {"chain:1": (1, None), "chain:2": (2, None), "chain:3": (3, None), "chain:4": (4, None),
               "chain:6": (6, None), "chain:8": (8, None), "static:2,1,1,1": (4, 2), "static:4,1,1,1": (4, 4)}
-    cat_of = lambda c: c if c in ("translation", "summarization", "qa", "math_reasoning", "rag") else "mt_bench"  # noqa: E731
     per = {}
     for (p, ans), (f, g), it in zip(ev, ev_fg, items):
         ids = p + ans
         for name, (depth, k1) in shapes.items():
             acc = chain_accept(head, emb, w_sub, vocab_ids, ids, f.to(dev), g.to(dev), len(p), depth, dev, k1)
             tokens, rounds = walk_rounds(acc.tolist(), depth)
-            for c in (cat_of(it["category"]), "overall"):
+            for c in (category_of(it["category"]), "overall"):
                 d = per.setdefault(name, {}).setdefault(c, [0, 0])
                 d[0] += tokens
                 d[1] += rounds
