@@ -243,6 +243,10 @@ def main():
     ap.add_argument("--feature-weight", type=float, default=0.5)
     ap.add_argument("--train-seconds", type=float, default=240)
     ap.add_argument("--eval-limit", type=int, default=0)
+    ap.add_argument("--in-domain", type=int, default=0, metavar="N",
+                    help="diagnostic: train both heads (a fresh MLP head too) only on N answers sampled from the target "
+                         "for each prompt of one half of Spec-Bench dev, and evaluate on the other half")
+    ap.add_argument("--mlp-seconds", type=float, default=120, help="--in-domain: the fresh MLP head's training time")
     a = ap.parse_args()
 
     from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
@@ -255,7 +259,24 @@ def main():
     m16 = AutoModelForCausalLM.from_pretrained(mdir, gguf_file=mfile, dtype=torch.bfloat16).to(dev).eval()
     m32 = AutoModelForCausalLM.from_pretrained(mdir, gguf_file=mfile, dtype=torch.float32).to(dev).eval()
     tok.padding_side = "left"
-    held, seqs = tdh.training_pairs(a, tok, m16, dev, rng)
+    items = [json.loads(line) for line in open(a.eval_data)]
+    if a.in_domain:
+        # every other item of each category trains, the rest evaluates: no evaluated prompt is seen
+        seen = {}
+        halves = ([], [])
+        for it in items:
+            c = tdh.category_of(it["category"])
+            halves[seen.get(c, 0) % 2].append(it)
+            seen[c] = seen.get(c, 0) + 1
+        train_items, items = halves
+        prompts = [it["turns"][0] for it in train_items for _ in range(a.in_domain)]
+        log(f"in-domain diagnostic: {len(train_items)} training prompts x {a.in_domain} samples, {len(items)} evaluated")
+        pairs = tdh.generate(m16, tok, prompts, 128, a.gen_batch, dev, 4096, a.temperature)
+        rng.shuffle(pairs)
+        held = pairs[:len(pairs) // 20]
+        seqs = [p + ans for p, ans in pairs[len(held):]]
+    else:
+        held, seqs = tdh.training_pairs(a, tok, m16, dev, rng)
     del m16
     H, eps = m32.config.hidden_size, m32.config.rms_norm_eps
     theta = float(getattr(m32.config, "rope_theta", None) or m32.config.rope_parameters["rope_theta"])
@@ -271,11 +292,18 @@ def main():
     fg = tdh.features(m32, seqs, dev)
     head = EagleHead(H, a.ffn, a.heads, a.kv_heads, eps, theta).to(dev)
     tr = train(head, emb, w_sub, sub_index, list(zip(seqs, fg)), a, dev)
-    del fg
     head.eval()
+    tr_mlp = None
+    if a.in_domain:  # the MLP head retrained on the same data, as train_draft_head.py trains it
+        log("fresh MLP head on the same data")
+        mlp = tdh.DraftHead(H, 1024, eps).to(dev)
+        opts = argparse.Namespace(unroll=4, batch=4096, lr=2e-3, feature_weight=a.feature_weight,
+                                  train_seconds=a.mlp_seconds, max_steps=1 << 30)
+        tr_mlp = tdh.train(mlp, emb, w_sub, sub_index, list(zip(seqs, fg)), opts, dev)
+        mlp.eval()
+    del fg
 
     log("evaluating on Spec-Bench dev (never trained on)")
-    items = [json.loads(line) for line in open(a.eval_data)]
     if a.eval_limit:
         items = items[:a.eval_limit]
     ev = tdh.generate(m32, tok, [it["turns"][0] for it in items], 128, 256, dev, 4096)
@@ -343,10 +371,15 @@ def main():
         "eagle_head": {"hidden": H, "ffn": a.ffn, "heads": a.heads, "kv_heads": a.kv_heads, "window": a.window,
                        "unroll": a.unroll, "params": sum(p.numel() for p in head.parameters()),
                        "matmul_macs_per_draft_token": macs(head) + w_sub.numel()},
-        "mlp_head": {"file": a.shipped_head, "params": sum(p.numel() for p in mlp.parameters()),
+        "mlp_head": {"file": a.shipped_head if not a.in_domain else "retrained (--in-domain)", "params": sum(p.numel() for p in mlp.parameters()),
                      "matmul_macs_per_draft_token": macs(mlp) + w_sub.numel()},
         "target_matmul_macs_per_token": target_macs,
         "training": tr,
+        "in_domain": None if not a.in_domain else {
+            "samples_per_prompt": a.in_domain, "temperature": a.temperature,
+            "what": "DIAGNOSTIC, no head shipped: both heads (the MLP one retrained, FFN 1024) trained only on the "
+                    "target's sampled answers to every other Spec-Bench dev item of each category; evaluated on "
+                    "the other half", "mlp_training": tr_mlp},
         "first_draft_accuracy": {"held_out_training_like": held_acc, "specbench": first_acc},
         "eval": {"data": a.eval_data, "items": len(items), "answer_tokens": 128,
                  "what": "tokens a round (accepted drafts + 1) of greedy chains drafted by each head, rounds "
