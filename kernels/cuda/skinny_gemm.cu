@@ -52,9 +52,50 @@ __device__ __forceinline__ float4 scale4(float4 a, float4 g) {
   return make_float4(__fmul_rn(a.x, g.x), __fmul_rn(a.y, g.y), __fmul_rn(a.z, g.z), __fmul_rn(a.w, g.w));
 }
 
+// A normed row's 1/rms from its x² sum over the row (already summed over the lanes).
+__device__ __forceinline__ float inv_rms_of(float total, int64_t K, float eps) {
+  return rsqrtf(__fadd_rn(__fdiv_rn(total, static_cast<float>(K)), eps));
+}
+
 // A normed row's 1/rms from its lanes' x² sums.
 __device__ __forceinline__ float inv_rms(float sumsq, int64_t K, float eps) {
-  return rsqrtf(__fadd_rn(__fdiv_rn(warp_sum(sumsq), static_cast<float>(K)), eps));
+  return inv_rms_of(warp_sum(sumsq), K, eps);
+}
+
+__host__ __device__ constexpr int pow2_at_least(int n) { return n <= 1 ? 1 : 2 * pow2_at_least((n + 1) / 2); }
+__host__ __device__ constexpr int log2_of(int n) { return n <= 1 ? 0 : 1 + log2_of(n / 2); }
+
+// The warp sums of G groups of P values each (v[g·P + p], G a power of two), every one in
+// warp_sum's order, bit for bit: where warp_sum adds a lane's value to its xor-partner's at each
+// offset, here the two partners split the groups, each sends the half it drops and adds the
+// partner's copy of the half it keeps (x + y and y + x round alike), so each sum is built from
+// the same pairs. A multi-row epilogue's G·P sums then cost (G/2 + G/4 + … ) · P shuffles
+// instead of 5 · G · P (16 rows x 4 columns of the staged lm_head: 62 against 320).
+// After it: with G ≤ 32, lane l holds group l >> (5 - log2 G) in v[0..P), in 32/G lanes each;
+// with G > 32, lane l holds groups l·(G/32) + j in v[j·P .. j·P + P).
+template <int G, int P>
+__device__ __forceinline__ void warp_sums_transposed(float (&v)[G * P], int lane) {
+  static_assert((G & (G - 1)) == 0, "G must be a power of two");
+  constexpr int kSplits = log2_of(G) < 5 ? log2_of(G) : 5;
+  constexpr int kLeft = G >> kSplits;  // groups a lane keeps
+#pragma unroll
+  for (int s = 0; s < kSplits; ++s) {
+    const int o = 16 >> s;
+    const int half = (G >> (s + 1)) * P;  // values kept after this split
+    const bool upper = (lane & o) != 0;
+#pragma unroll
+    for (int i = 0; i < half; ++i) {
+      const float keep = upper ? v[i + half] : v[i];
+      const float send = upper ? v[i] : v[i + half];
+      v[i] = __fadd_rn(keep, __shfl_xor_sync(0xffffffffu, send, o));
+    }
+  }
+#pragma unroll
+  for (int s = kSplits; s < 5; ++s) {
+    const int o = 16 >> s;
+#pragma unroll
+    for (int i = 0; i < kLeft * P; ++i) v[i] = __fadd_rn(v[i], __shfl_xor_sync(0xffffffffu, v[i], o));
+  }
 }
 
 // silu(gate) · up.
@@ -246,17 +287,38 @@ __global__ void __launch_bounds__(kWarps * 32, TC > 1 ? 2 : 0)
     }
     step(k8, wv, ga, gb);
   }
-#pragma unroll
-  for (int t = 0; t < TC; ++t) {
-    float s = warp_sum(acc[0][t]);
+  if constexpr (TC == 1) {
+    float s = warp_sum(acc[0][0]);
     if constexpr (kNormed) {
-      const float inv = inv_rms(sumsq[t], K, eps);
+      const float inv = inv_rms(sumsq[0], K, eps);
       s = __fmul_rn(s, inv);
-      if constexpr (F == Fuse::kNormSwiGlu) s = swiglu(s, __fmul_rn(warp_sum(acc[kRows - 1][t]), inv));
+      if constexpr (F == Fuse::kNormSwiGlu) s = swiglu(s, __fmul_rn(warp_sum(acc[kRows - 1][0]), inv));
     }
-    if (lane == 0 && t < T) {
+    if (lane == 0 && 0 < T) Y[n] = accumulate ? __fadd_rn(y_old, s) : s;
+  } else {
+    // Group t = row t (TC padded to a power of two): acc[0][t], the up row's acc[1][t] (SwiGLU)
+    // and sumsq[t] (normed), summed over the warp at once; lane l then holds row l >> kShift.
+    constexpr int kGroups = pow2_at_least(TC);
+    constexpr int kPer = kRows + (kNormed ? 1 : 0);
+    constexpr int kShift = 5 - log2_of(kGroups);
+    float v[kGroups * kPer];
+#pragma unroll
+    for (int t = 0; t < kGroups; ++t) {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) v[t * kPer + r] = t < TC ? acc[r][t] : 0.0f;
+      if constexpr (kNormed) v[t * kPer + kRows] = t < TC ? sumsq[t] : 0.0f;
+    }
+    warp_sums_transposed<kGroups, kPer>(v, lane);
+    float s = v[0];
+    if constexpr (kNormed) {
+      const float inv = inv_rms_of(v[kRows], K, eps);
+      s = __fmul_rn(s, inv);
+      if constexpr (F == Fuse::kNormSwiGlu) s = swiglu(s, __fmul_rn(v[kRows - 1], inv));
+    }
+    const int t = lane >> kShift;
+    if ((lane & ((1 << kShift) - 1)) == 0 && t < T) {
       float* y = Y + t * ldy + n;
-      *y = accumulate ? __fadd_rn(TC == 1 ? y_old : *y, s) : s;
+      *y = accumulate ? __fadd_rn(*y, s) : s;
     }
   }
 }
@@ -389,21 +451,42 @@ __global__ void __launch_bounds__(kWarps * 32, kOut == 1 ? 2 : 1)
       point_at(tile + gridDim.x);
       load_pre();
     }
+    // Group g = t·kOut + o (rows padded to a power of two) holds acc[o·kPer + r][t], summed over
+    // the warp at once (warp_sums_transposed); the x² sums, one group a row, separately: the lane
+    // that holds (t, o) then holds row t's too.
+    constexpr int kRowGroups = pow2_at_least(TC);
+    constexpr int kGroups = kRowGroups * kOut;
+    float v[kGroups * kPer];
 #pragma unroll
-    for (int t = 0; t < TC; ++t) {
-      float inv = 1.0f;
-      if constexpr (kNormed) inv = inv_rms(sumsq[t], K, eps);
+    for (int t = 0; t < kRowGroups; ++t) {
 #pragma unroll
-      for (int o = 0; o < kOut; ++o) {
-        float s = warp_sum(acc[o * kPer][t]);
-        if constexpr (kNormed) {
-          s = __fmul_rn(s, inv);
-          if constexpr (F == Fuse::kNormSwiGlu) s = swiglu(s, __fmul_rn(warp_sum(acc[o * kPer + 1][t]), inv));
-        }
-        if (lane == o && t < T && col + o < N) {
-          float* y = Y + t * ldy + col + o;
-          *y = accumulate ? __fadd_rn(*y, s) : s;
-        }
+      for (int j = 0; j < kRows; ++j) v[t * kRows + j] = t < TC ? acc[j][t] : 0.0f;
+    }
+    warp_sums_transposed<kGroups, kPer>(v, lane);
+    float inv = 1.0f;
+    if constexpr (kNormed) {
+      float sq[kRowGroups];
+#pragma unroll
+      for (int t = 0; t < kRowGroups; ++t) sq[t] = t < TC ? sumsq[t] : 0.0f;
+      warp_sums_transposed<kRowGroups, 1>(sq, lane);
+      inv = inv_rms_of(sq[0], K, eps);
+    }
+    // Lane l holds kHeld groups from l·kHeld (more groups than lanes), else group l >> kShift in
+    // 2^kShift lanes, of which the first writes.
+    constexpr int kHeld = kGroups > 32 ? kGroups / 32 : 1;
+    constexpr int kShift = kGroups > 32 ? 0 : 5 - log2_of(kGroups);
+#pragma unroll
+    for (int h = 0; h < kHeld; ++h) {
+      const int g = kGroups > 32 ? lane * kHeld + h : lane >> kShift;
+      const int t = g / kOut, o = g % kOut;
+      float s = v[h * kPer];
+      if constexpr (kNormed) {
+        s = __fmul_rn(s, inv);
+        if constexpr (F == Fuse::kNormSwiGlu) s = swiglu(s, __fmul_rn(v[h * kPer + 1], inv));
+      }
+      if ((lane & ((1 << kShift) - 1)) == 0 && t < T && col + o < N) {
+        float* y = Y + t * ldy + col + o;
+        *y = accumulate ? __fadd_rn(*y, s) : s;
       }
     }
   }
