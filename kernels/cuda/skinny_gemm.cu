@@ -73,29 +73,44 @@ __host__ __device__ constexpr int log2_of(int n) { return n <= 1 ? 0 : 1 + log2_
 // instead of 5 · G · P (16 rows x 4 columns of the staged lm_head: 62 against 320).
 // After it: with G ≤ 32, lane l holds group l >> (5 - log2 G) in v[0..P), in 32/G lanes each;
 // with G > 32, lane l holds groups l·(G/32) + j in v[j·P .. j·P + P).
+// One step of warp_sums_transposed at offset 16 >> S, and the steps after it. Each step is its own
+// instantiation so that every register index is a constant: with the steps as a loop, nvcc kept a
+// run-time step counter and reached v[] through chains of predicated moves (and local memory in
+// the staged kernel), which made 5- and 8-row SwiGLU GEMVs 20-45% slower.
+template <int G, int P, int S>
+__device__ __forceinline__ void warp_sums_step(float (&v)[G * P], int lane) {
+  if constexpr (S < 5) {
+    constexpr int o = 16 >> S;
+    constexpr int kGroups = G >> S;  // groups a lane holds before this step
+    if constexpr (kGroups > 1) {
+      constexpr int half = kGroups / 2 * P;  // values it keeps
+      const bool upper = (lane & o) != 0;
+#pragma unroll
+      for (int i = 0; i < half; ++i) {
+        const float keep = upper ? v[i + half] : v[i];
+        const float send = upper ? v[i] : v[i + half];
+        v[i] = __fadd_rn(keep, __shfl_xor_sync(0xffffffffu, send, o));
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < P; ++i) v[i] = __fadd_rn(v[i], __shfl_xor_sync(0xffffffffu, v[i], o));
+    }
+    warp_sums_step<G, P, S + 1>(v, lane);
+  }
+}
+
+// The warp sums of G groups of P values each (v[g·P + p], G a power of two), every one in
+// warp_sum's order, bit for bit: where warp_sum adds a lane's value to its xor-partner's at each
+// offset, here the two partners split the groups, each sends the half it drops and adds the
+// partner's copy of the half it keeps (x + y and y + x round alike), so each sum is built from
+// the same pairs. A multi-row epilogue's G·P sums then cost (G/2 + G/4 + … ) · P shuffles
+// instead of 5 · G · P (16 rows x 4 columns of the staged lm_head: 62 against 320).
+// After it: with G ≤ 32, lane l holds group l >> (5 - log2 G) in v[0..P), in 32/G lanes each;
+// with G > 32, lane l holds groups l·(G/32) + j in v[j·P .. j·P + P).
 template <int G, int P>
 __device__ __forceinline__ void warp_sums_transposed(float (&v)[G * P], int lane) {
   static_assert((G & (G - 1)) == 0, "G must be a power of two");
-  constexpr int kSplits = log2_of(G) < 5 ? log2_of(G) : 5;
-  constexpr int kLeft = G >> kSplits;  // groups a lane keeps
-#pragma unroll
-  for (int s = 0; s < kSplits; ++s) {
-    const int o = 16 >> s;
-    const int half = (G >> (s + 1)) * P;  // values kept after this split
-    const bool upper = (lane & o) != 0;
-#pragma unroll
-    for (int i = 0; i < half; ++i) {
-      const float keep = upper ? v[i + half] : v[i];
-      const float send = upper ? v[i] : v[i + half];
-      v[i] = __fadd_rn(keep, __shfl_xor_sync(0xffffffffu, send, o));
-    }
-  }
-#pragma unroll
-  for (int s = kSplits; s < 5; ++s) {
-    const int o = 16 >> s;
-#pragma unroll
-    for (int i = 0; i < kLeft * P; ++i) v[i] = __fadd_rn(v[i], __shfl_xor_sync(0xffffffffu, v[i], o));
-  }
+  warp_sums_step<G, P, 0>(v, lane);
 }
 
 // silu(gate) · up.
