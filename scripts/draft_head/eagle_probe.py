@@ -24,9 +24,7 @@ import json
 import math
 import os
 import platform
-import random
 import shlex
-import subprocess
 import sys
 import time
 
@@ -249,16 +247,9 @@ def main():
     ap.add_argument("--mlp-seconds", type=float, default=120, help="--in-domain: the fresh MLP head's training time")
     a = ap.parse_args()
 
-    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
     import transformers  # noqa: PLC0415
     dev = "cuda"
-    torch.manual_seed(a.seed)
-    rng = random.Random(a.seed)
-    mdir, mfile = os.path.dirname(os.path.abspath(a.model)), os.path.basename(a.model)
-    tok = AutoTokenizer.from_pretrained(mdir, gguf_file=mfile)
-    m16 = AutoModelForCausalLM.from_pretrained(mdir, gguf_file=mfile, dtype=torch.bfloat16).to(dev).eval()
-    m32 = AutoModelForCausalLM.from_pretrained(mdir, gguf_file=mfile, dtype=torch.float32).to(dev).eval()
-    tok.padding_side = "left"
+    tok, m16, m32, rng = tdh.load_target(a, dev)
     items = [json.loads(line) for line in open(a.eval_data)]
     if a.in_domain:
         # every other item of each category trains, the rest evaluates: no evaluated prompt is seen
@@ -353,16 +344,11 @@ def main():
         return sum(p.numel() for n_, p in m.named_parameters() if n_.endswith("weight") and p.dim() == 2)
     target_macs = sum(p.numel() for p in m32.model.layers.parameters() if p.dim() == 2) + w_out.numel()
 
-    def sh(cmd):
-        try:
-            return subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout.strip()
-        except Exception:  # noqa: BLE001
-            return "unknown"
     rep = {
         "benchmark": "draft_head_context_probe", "date": datetime.date.today().isoformat(), "commit": a.commit,
         "command": " ".join(shlex.quote(x) for x in sys.argv),
         "device": torch.cuda.get_device_name(0),
-        "driver": sh(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]),
+        "driver": tdh.gpu_driver(),
         "torch": torch.__version__, "transformers": transformers.__version__, "host": platform.node(),
         "what": "an EAGLE-shaped head (fc, one causal attention layer with RoPE over its own keys of the true "
                 "rows, SwiGLU, RMSNorm) trained on train_draft_head.py's generated data, against the shipped MLP "

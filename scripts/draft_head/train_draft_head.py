@@ -194,7 +194,6 @@ def generate(model, tokenizer, prompts, max_new, batch, dev, max_prompt, tempera
 @torch.no_grad()
 def features(model, seqs, dev, max_tokens=32768):
     """Per sequence: (features [T, H] bf16, greedy [T] int32) from a float32 forward."""
-    out = []
     order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
     res = [None] * len(seqs)
     s = 0
@@ -414,6 +413,30 @@ def category_of(c):
     return c if c in CATEGORIES else "mt_bench"
 
 
+def load_target(a, dev):
+    """The target GGUF through transformers: (tokenizer, bf16 model for generation, float32 model for
+    features and labels); seeds torch and returns the data RNG too."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
+    torch.manual_seed(a.seed)
+    rng = random.Random(a.seed)
+    mdir, mfile = os.path.dirname(os.path.abspath(a.model)), os.path.basename(a.model)
+    tok = AutoTokenizer.from_pretrained(mdir, gguf_file=mfile)
+    log("loading the target (bf16 for generation, float32 for features)")
+    m16 = AutoModelForCausalLM.from_pretrained(mdir, gguf_file=mfile, dtype=torch.bfloat16).to(dev).eval()
+    m32 = AutoModelForCausalLM.from_pretrained(mdir, gguf_file=mfile, dtype=torch.float32).to(dev).eval()
+    tok.padding_side = "left"
+    return tok, m16, m32, rng
+
+
+def gpu_driver():
+    """The GPU driver version as nvidia-smi reports it, for the reports."""
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=20).stdout.strip()
+    except Exception:  # noqa: BLE001
+        return "unknown"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True, help="target GGUF (SmolLM2-135M-Instruct.Q4_1.gguf)")
@@ -435,17 +458,10 @@ def main():
     ap.add_argument("--stop-after-data", action="store_true")
     a = ap.parse_args()
 
-    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
     import transformers  # noqa: PLC0415
     dev = "cuda"
-    torch.manual_seed(a.seed)
-    rng = random.Random(a.seed)
-    mdir, mfile = os.path.dirname(os.path.abspath(a.model)), os.path.basename(a.model)
-    tok = AutoTokenizer.from_pretrained(mdir, gguf_file=mfile)
-    log("loading the target (bf16 for generation, float32 for features)")
-    m16 = AutoModelForCausalLM.from_pretrained(mdir, gguf_file=mfile, dtype=torch.bfloat16).to(dev).eval()
-    m32 = AutoModelForCausalLM.from_pretrained(mdir, gguf_file=mfile, dtype=torch.float32).to(dev).eval()
-    tok.padding_side = "left"
+    tok, m16, m32, rng = load_target(a, dev)
+    mfile = os.path.basename(a.model)
 
     held, seqs = training_pairs(a, tok, m16, dev, rng)
     if a.stop_after_data:
@@ -543,16 +559,10 @@ def main():
                    "forward of the exported bf16 weights)", "head": os.path.basename(a.out), "cases": cases},
                   open(a.reference, "w"), indent=1)
 
-    def sh(cmd):
-        try:
-            return subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout.strip()
-        except Exception:  # noqa: BLE001
-            return "unknown"
     rep = {
         "benchmark": "draft_head_training", "date": datetime.date.today().isoformat(), "commit": a.commit,
         "command": " ".join(shlex.quote(x) for x in sys.argv),
-        "device": torch.cuda.get_device_name(0), "driver": sh(["nvidia-smi", "--query-gpu=driver_version",
-                                                                "--format=csv,noheader"]),
+        "device": torch.cuda.get_device_name(0), "driver": gpu_driver(),
         "torch": torch.__version__, "transformers": transformers.__version__, "host": platform.node(),
         "data": {"sequences": len(seqs), "tokens": sum(map(len, seqs)), "stage1_prompts": a.stage1,
                  "stage2_prompts": a.stage2, "source": "templates over the model's vocabulary words and random "
