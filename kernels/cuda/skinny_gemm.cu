@@ -65,14 +65,6 @@ __device__ __forceinline__ float inv_rms(float sumsq, int64_t K, float eps) {
 __host__ __device__ constexpr int pow2_at_least(int n) { return n <= 1 ? 1 : 2 * pow2_at_least((n + 1) / 2); }
 __host__ __device__ constexpr int log2_of(int n) { return n <= 1 ? 0 : 1 + log2_of(n / 2); }
 
-// The warp sums of G groups of P values each (v[g·P + p], G a power of two), every one in
-// warp_sum's order, bit for bit: where warp_sum adds a lane's value to its xor-partner's at each
-// offset, here the two partners split the groups, each sends the half it drops and adds the
-// partner's copy of the half it keeps (x + y and y + x round alike), so each sum is built from
-// the same pairs. A multi-row epilogue's G·P sums then cost (G/2 + G/4 + … ) · P shuffles
-// instead of 5 · G · P (16 rows x 4 columns of the staged lm_head: 62 against 320).
-// After it: with G ≤ 32, lane l holds group l >> (5 - log2 G) in v[0..P), in 32/G lanes each;
-// with G > 32, lane l holds groups l·(G/32) + j in v[j·P .. j·P + P).
 // One step of warp_sums_transposed at offset 16 >> S, and the steps after it. Each step is its own
 // instantiation so that every register index is a constant: with the steps as a loop, nvcc kept a
 // run-time step counter and reached v[] through chains of predicated moves (and local memory in
@@ -102,11 +94,11 @@ __device__ __forceinline__ void warp_sums_step(float (&v)[G * P], int lane) {
 // The warp sums of G groups of P values each (v[g·P + p], G a power of two), every one in
 // warp_sum's order, bit for bit: where warp_sum adds a lane's value to its xor-partner's at each
 // offset, here the two partners split the groups, each sends the half it drops and adds the
-// partner's copy of the half it keeps (x + y and y + x round alike), so each sum is built from
-// the same pairs. A multi-row epilogue's G·P sums then cost (G/2 + G/4 + … ) · P shuffles
-// instead of 5 · G · P (16 rows x 4 columns of the staged lm_head: 62 against 320).
-// After it: with G ≤ 32, lane l holds group l >> (5 - log2 G) in v[0..P), in 32/G lanes each;
-// with G > 32, lane l holds groups l·(G/32) + j in v[j·P .. j·P + P).
+// partner's copy of the half it keeps (own value first, as warp_sum adds; and x + y rounds as
+// y + x), so each sum is built from the same pairs in the same order. A multi-row epilogue's G·P sums then cost (G/2 +
+// G/4 + … ) · P shuffles instead of 5 · G · P (16 rows x 4 columns of the staged lm_head: 62 against 320). After it:
+// with G ≤ 32, lane l holds group l >> (5 - log2 G) in v[0..P), in 32/G lanes each; with G > 32, lane l holds groups
+// l·(G/32) + j in v[j·P .. j·P + P).
 template <int G, int P>
 __device__ __forceinline__ void warp_sums_transposed(float (&v)[G * P], int lane) {
   static_assert((G & (G - 1)) == 0, "G must be a power of two");
@@ -343,8 +335,9 @@ __global__ void __launch_bounds__(kWarps * 32, TC > 1 ? 2 : 0)
 // of every warp re-reading them through L1 at every step, and each warp owns kOut output columns
 // (kOut weight rows, 2·kOut for the SwiGLU warps), so each activation it reads serves kOut of
 // them. Each (row t, output n) keeps skinny_kernel's arithmetic exactly: lane l takes k8 = l + 32i
-// in order with the same 8-term expression, the same x² sum and gamma scaling, the same warp_sum
-// and epilogue, so a verify row is bit-identical to the decode step's one-row kernel (tested:
+// in order with the same 8-term expression, the same x² sum and gamma scaling, warp sums in
+// warp_sum's pairs (warp_sums_transposed) and the same epilogue, so a verify row is bit-identical
+// to the decode step's one-row kernel (tested:
 // skinny_gemm_test's MultiRowKernelsMatchTheOneRowKernelBitForBit).
 // Layout of the stage: row t's k8-th 8 values as two float4 at [(2t + h)·K8 + k8], h = 0, 1, so a
 // warp's 16-byte reads of one half are contiguous (no bank conflicts).
