@@ -92,13 +92,14 @@ __device__ __forceinline__ void warp_sums_step(float (&v)[G * P], int lane) {
 }
 
 // The warp sums of G groups of P values each (v[g·P + p], G a power of two), every one in
-// warp_sum's order, bit for bit: where warp_sum adds a lane's value to its xor-partner's at each
-// offset, here the two partners split the groups, each sends the half it drops and adds the
-// partner's copy of the half it keeps (own value first, as warp_sum adds; and x + y rounds as
-// y + x), so each sum is built from the same pairs in the same order. A multi-row epilogue's G·P sums then cost (G/2 +
-// G/4 + … ) · P shuffles instead of 5 · G · P (16 rows x 4 columns of the staged lm_head: 62 against 320). After it:
-// with G ≤ 32, lane l holds group l >> (5 - log2 G) in v[0..P), in 32/G lanes each; with G > 32, lane l holds groups
-// l·(G/32) + j in v[j·P .. j·P + P).
+// warp_sum's order, bit for bit. Where warp_sum adds a lane's value to its xor-partner's at each
+// offset, here the two partners split the groups: each sends the half it drops and adds the
+// partner's copy of the half it keeps (own value first, as warp_sum adds; x + y rounds as y + x).
+// Each sum is built from the same pairs in the same order, and a multi-row epilogue's G·P sums
+// cost (G/2 + G/4 + …) · P shuffles instead of 5 · G · P (16 rows x 4 columns of the staged
+// lm_head: 62 against 320).
+// After it: with G ≤ 32, lane l holds group l >> (5 - log2 G) in v[0..P), in 32/G lanes each;
+// with G > 32, lane l holds groups l·(G/32) + j in v[j·P .. j·P + P).
 template <int G, int P>
 __device__ __forceinline__ void warp_sums_transposed(float (&v)[G * P], int lane) {
   static_assert((G & (G - 1)) == 0, "G must be a power of two");
