@@ -157,13 +157,7 @@ __host__ __device__ constexpr int max_x_batch(int rows, Fuse f) {
 // through L1 (every warp of the block reads the same ones). Past one row, at most 128 registers
 // (two blocks an SM): a gate_up of SmolLM2 is 192 blocks, one wave on the H100's 132 SMs only
 // with two a SM. (0: no minimum, the one-row kernels as they were.)
-// kStageX (past one row, where the block's TC rows of X fit kStageXMaxBytes): the block copies its
-// rows of X into shared memory once after the wait, every load in flight at once (cp.async), and
-// each step reads them from there; through L1, each step's loads waited one L2 round trip after
-// the step before (3 steps at K 576, 6 at K 1536). Same values, same arithmetic: the bits do not
-// change. Its layout is the staged kernel's: row t's k8-th 8 values at [(2t + h)·K8 + k8].
-constexpr int64_t kStageXMaxBytes = 48 * 1024;  // no opt-in needed; two blocks an SM still fit
-template <int TC, Fuse F, int kPrefetch, bool kStageX = false>
+template <int TC, Fuse F, int kPrefetch>
 __global__ void __launch_bounds__(kWarps * 32, TC > 1 ? 2 : 0)
     skinny_kernel(const bf16_bits* __restrict__ W, int64_t N, int64_t K, const float* __restrict__ X, int64_t ld_x,
                   int T, float* __restrict__ Y, int64_t ldy, bool accumulate, const float* __restrict__ gamma,
@@ -172,9 +166,7 @@ __global__ void __launch_bounds__(kWarps * 32, TC > 1 ? 2 : 0)
   constexpr int kRows = F == Fuse::kNormSwiGlu ? 2 : 1;  // weight rows per warp
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
-  // A staging block's warps all reach its barrier: one past N reads column N - 1, never written.
-  if (!kStageX && n >= N) return;
-  const int64_t n_read = n < N ? n : N - 1;
+  if (n >= N) return;
   // Row group g (blockIdx.y) takes rows [g·TC, g·TC + TC) of the T: launch()'s split of more
   // rows than TC over the blocks of one launch.
   if (TC > 1 && blockIdx.y > 0) {
@@ -193,7 +185,7 @@ __global__ void __launch_bounds__(kWarps * 32, TC > 1 ? 2 : 0)
   }
   const uint4* wrow[kRows];
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) wrow[r] = reinterpret_cast<const uint4*>(W + (n_read + r * N) * K);
+  for (int r = 0; r < kRows; ++r) wrow[r] = reinterpret_cast<const uint4*>(W + (n + r * N) * K);
   // The first kPrefetch steps' weights (a step is 256 k) are loaded before waiting for the kernel
   // before this one (kernels/cuda/pdl.cuh): weights are never written, and their loads then
   // overlap its tail. At one row launch() takes 8 for 1024 < K <= 2048 (SmolLM2's down
@@ -221,20 +213,6 @@ __global__ void __launch_bounds__(kWarps * 32, TC > 1 ? 2 : 0)
   }
   pdl_trigger();
   pdl_wait();
-  extern __shared__ float4 x_stage[];
-  [[maybe_unused]] const int64_t K8 = K / 8;
-  if constexpr (kStageX) {
-    const int rows = T < TC ? T : TC;
-    const int64_t K4 = K / 4;
-    for (int64_t c = threadIdx.x; c < rows * K4; c += kWarps * 32) {
-      const int64_t t = c / K4, k4 = c - t * K4;
-      float4* dst = x_stage + (2 * t + (k4 & 1)) * K8 + (k4 >> 1);
-      const unsigned dst_s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst_s), "l"(X + t * ld_x + k4 * 4));
-    }
-    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
-    __syncthreads();
-  }
   // acc[·][t] += w · (x ⊙ gamma) over one step's 8 k of row t; its x² into sumsq[t] (normed).
   auto accum = [&](int t, const uint4(&wv)[kRows], float4 a, float4 b, float4 ga, float4 gb) {
     accumulate_step<kRows, kNormed>(wv, a, b, ga, gb, acc, sumsq, t);
@@ -262,15 +240,9 @@ __global__ void __launch_bounds__(kWarps * 32, TC > 1 ? 2 : 0)
           // rows of the SwiGLU warps take 4 + 1 and 4 + 2).
 #pragma unroll
           for (int j = 0; j < kXBatch && j < TC - t0; ++j) {
-            const int t = min(t0 + j, T - 1);
-            if constexpr (kStageX) {
-              xa[j] = x_stage[2 * t * K8 + k8];
-              xb[j] = x_stage[(2 * t + 1) * K8 + k8];
-            } else {
-              const float4* xr = reinterpret_cast<const float4*>(X + t * ld_x + k8 * 8);
-              xa[j] = xr[0];
-              xb[j] = xr[1];
-            }
+            const float4* xr = reinterpret_cast<const float4*>(X + min(t0 + j, T - 1) * ld_x + k8 * 8);
+            xa[j] = xr[0];
+            xb[j] = xr[1];
           }
 #pragma unroll
           for (int j = 0; j < kXBatch && j < TC - t0; ++j) accum(t0 + j, wv, xa[j], xb[j], ga, gb);
@@ -352,7 +324,7 @@ __global__ void __launch_bounds__(kWarps * 32, TC > 1 ? 2 : 0)
       if constexpr (F == Fuse::kNormSwiGlu) s = swiglu(s, __fmul_rn(v[kRows - 1], inv));
     }
     const int t = lane >> kShift;
-    if ((lane & ((1 << kShift) - 1)) == 0 && t < T && n < N) {
+    if ((lane & ((1 << kShift) - 1)) == 0 && t < T) {
       float* y = Y + t * ldy + n;
       *y = accumulate ? __fadd_rn(*y, s) : s;
     }
@@ -625,14 +597,6 @@ void launch(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld
   // 2 steps for 16 rows of the SwiGLU warps' two weight rows and for 32 rows, or their
   // accumulators spill under the 128 registers of two blocks an SM.
   constexpr int kSteps = (TC >= 16 && F == Fuse::kNormSwiGlu) || TC >= 32 ? 2 : 4;
-  if constexpr (TC > 1) {
-    const int64_t stage_bytes = int64_t{TC} * K * 4;
-    if (stage_bytes <= kStageXMaxBytes) {
-      launch_pdl(skinny_kernel<TC, F, kSteps, true>, dim3(blocks, groups), dim3(kWarps * 32),
-                 static_cast<size_t>(stage_bytes), stream, W, N, K, X, ld_x, T, Y, ldy, accumulate, gamma, eps);
-      return;
-    }
-  }
   launch_pdl(skinny_kernel<TC, F, kSteps>, dim3(blocks, groups), dim3(kWarps * 32), 0, stream, W, N, K, X, ld_x, T, Y,
              ldy, accumulate, gamma, eps);
 }
