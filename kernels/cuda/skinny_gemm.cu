@@ -213,14 +213,6 @@ __global__ void __launch_bounds__(kWarps * 32, TC > 1 ? 2 : 0)
   }
   pdl_trigger();
   pdl_wait();
-  if constexpr (TC > 1) {
-    // Every later step's X into L1 now (a hint: no registers, no bits change). Each step's loads
-    // otherwise wait one L2 round trip after the step before (SASS of the 4- and 5-row kernels:
-    // load, products, load, ...), 3 steps at K 576 and 6 at K 1536.
-    for (int64_t k8 = lane + 32; k8 * 8 < K; k8 += 32) {
-      for (int t = 0; t < T && t < TC; ++t) asm volatile("prefetch.global.L1 [%0];" ::"l"(X + t * ld_x + k8 * 8));
-    }
-  }
   // acc[·][t] += w · (x ⊙ gamma) over one step's 8 k of row t; its x² into sumsq[t] (normed).
   auto accum = [&](int t, const uint4(&wv)[kRows], float4 a, float4 b, float4 ga, float4 gb) {
     accumulate_step<kRows, kNormed>(wv, a, b, ga, gb, acc, sumsq, t);
