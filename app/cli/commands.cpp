@@ -78,8 +78,7 @@ Expected<Model> load(const std::string& spec) {
 
 namespace {
 
-// head, or ngram+head: ngram's tree when it matches, else the head's.
-bool uses_draft_head(const SpeculationArgs& spec) { return spec.drafter == "head" || spec.drafter == "ngram+head"; }
+bool uses_draft_head(const SpeculationArgs& spec) { return drafter_uses_head(spec.drafter); }
 
 std::string default_accept(const SpeculationArgs& spec, float temperature) {
   return spec.accept ? *spec.accept : (temperature > 0 ? "sample" : "greedy");

@@ -502,20 +502,15 @@ class HeadDrafter final : public Drafter {
 
 Expected<std::unique_ptr<Drafter>> make_head_drafter(const Model& target, const std::filesystem::path& head_file,
                                                      const DraftHeadOptions& options) {
-  auto head = DraftHead::load(target, head_file, options);
-  if (!head) return head.error();
   if (!(options.min_confidence >= 0 && options.min_confidence <= 1)) {
     return make_error("head drafter: min_confidence " + std::to_string(options.min_confidence) + " is outside [0, 1]");
   }
+  auto head = DraftHead::load(target, head_file, options);
+  if (!head) return head.error();
   return std::unique_ptr<Drafter>(std::make_unique<HeadDrafter>(std::move(*head), options.min_confidence));
 }
 
-Expected<std::unique_ptr<Drafter>> make_head_drafter(const Model& target, const std::filesystem::path& head_file,
-                                                     int threads) {
-  DraftHeadOptions options;
-  options.threads = threads;
-  return make_head_drafter(target, head_file, options);
-}
+bool drafter_uses_head(std::string_view drafter) { return drafter == "head" || drafter == "ngram+head"; }
 
 Expected<std::string> head_drafter_target_backend(const std::string& requested) {
   if (requested == "auto" || requested == "cpu") return std::string("cpu");

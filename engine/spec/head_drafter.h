@@ -30,6 +30,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "engine/core/expected.h"
 #include "engine/model/loader.h"
@@ -87,9 +88,11 @@ class DraftHead {
 // a missing tensor, a wrong shape or dtype, a vocab id repeated or out of range. The drafter
 // wants DraftRequest::target_feature; without one it proposes nothing.
 Expected<std::unique_ptr<Drafter>> make_head_drafter(const Model& target, const std::filesystem::path& head_file,
-                                                     int threads);
-Expected<std::unique_ptr<Drafter>> make_head_drafter(const Model& target, const std::filesystem::path& head_file,
                                                      const DraftHeadOptions& options);
+
+// Whether the drafter named `drafter` (the CLI's --drafter, the GUI's choice) runs a draft head:
+// "head", or "ngram+head" (ngram's tree when it matches, else the head's).
+bool drafter_uses_head(std::string_view drafter);
 
 // Where the target of a head drafter runs, from a requested backend kind: "auto" and "cpu" give
 // "cpu" (only the CPU backend keeps the target's features); "cuda" is refused, saying why.

@@ -301,7 +301,7 @@ def main():
     ev_fg = tdh.features(m32, [p + ans for p, ans in ev], dev)
     held_fg = tdh.features(m32, [p + ans for p, ans in held], dev)
     held_acc = {}
-    for name, fn in (("mlp", None), ("eagle", None)):
+    for name in ("mlp", "eagle"):
         tot, n = 0, 0
         for (p, ans), (f, g) in zip(held, held_fg):
             ids = p + ans
@@ -321,11 +321,14 @@ def main():
     for (p, ans), (f, g), it in zip(ev, ev_fg, items):
         ids = p + ans
         for name in ("mlp", "eagle"):
+            # A greedy chain's first k drafts do not depend on its length: drafted once to the
+            # deepest, a chain of k accepts min(accepted, k).
+            if name == "mlp":
+                deepest = tdh.chain_accept(mlp, emb, w_sub, vocab_ids, ids, f.to(dev), g.to(dev), len(p), depths[-1], dev)
+            else:
+                deepest = eagle_accept(head, emb, w_sub, vocab_ids, ids, f.to(dev), g.to(dev), len(p), depths[-1], dev)
             for depth in depths:
-                if name == "mlp":
-                    acc = tdh.chain_accept(mlp, emb, w_sub, vocab_ids, ids, f.to(dev), g.to(dev), len(p), depth, dev)
-                else:
-                    acc = eagle_accept(head, emb, w_sub, vocab_ids, ids, f.to(dev), g.to(dev), len(p), depth, dev)
+                acc = deepest.clamp(max=depth)
                 if depth == 1:
                     first[name][0] += acc.sum().item()
                     first[name][1] += acc.numel()

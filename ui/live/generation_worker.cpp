@@ -150,7 +150,7 @@ void GenerationWorker::run(const RunRequest& request) {
   }
   options.sparse = std::move(*sparse);
   // A head drafter reads the target's final hidden rows, which only the CPU backend keeps.
-  const bool head_drafter = request.drafter == "head" || request.drafter == "ngram+head";
+  const bool head_drafter = drafter_uses_head(request.drafter.toStdString());
   QString backend = request.backend;
   if (head_drafter) {
     auto kind = head_drafter_target_backend(request.backend.toStdString());

@@ -21,6 +21,8 @@
 #include <QTextEdit>
 #include <QVBoxLayout>
 
+#include "engine/spec/head_drafter.h"
+
 namespace specula::ui {
 namespace {
 
@@ -262,7 +264,7 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
   connect(head_button_, &QPushButton::clicked, this, &RunPanel::chooseDraftHead);
   connect(drafter_, &QComboBox::currentTextChanged, this, [this](const QString& d) {
     tree_edit_->setEnabled(d != "none");
-    head_button_->setEnabled(d == "head" || d == "ngram+head");
+    head_button_->setEnabled(drafter_uses_head(d.toStdString()));
   });
   head_button_->setEnabled(false);
   const QString shipped = QStringLiteral(SPECULA_DRAFT_HEADS_DIR "/smollm2-135m-instruct.head.safetensors");
@@ -391,7 +393,7 @@ void RunPanel::startRun() {
     emit runFinished(false);
     return;
   }
-  const bool head_drafter = drafter_->currentText() == "head" || drafter_->currentText() == "ngram+head";
+  const bool head_drafter = drafter_uses_head(drafter_->currentText().toStdString());
   if (head_drafter && head_file_.isEmpty()) {
     counters_->setText(
         tr("Choose a draft head file first (Head...): the %1 drafter needs one.").arg(drafter_->currentText()));

@@ -38,6 +38,12 @@ using testing::HeadFile;
 
 constexpr int64_t kH = 576, kF = 1536, kV = 4096;
 
+DraftHeadOptions one_thread() {
+  DraftHeadOptions options;
+  options.threads = 1;
+  return options;
+}
+
 class HeadDrafterTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -256,13 +262,13 @@ TEST_F(HeadDrafterTest, MalformedFilesAreRefusedNamingWhatIsWrong) {
     HeadFile f = valid;
     v.edit(f);
     f.write(file);
-    auto drafter = make_head_drafter(model(), file, 1);
+    auto drafter = make_head_drafter(model(), file, one_thread());
     ASSERT_FALSE(drafter.ok()) << v.what;
     EXPECT_THAT(drafter.error().message, HasSubstr(v.message)) << v.what;
     EXPECT_THAT(drafter.error().message, HasSubstr(file.string())) << v.what;
   }
   valid.write(file);
-  auto drafter = make_head_drafter(model(), file, 1);
+  auto drafter = make_head_drafter(model(), file, one_thread());
   ASSERT_TRUE(drafter.ok()) << drafter.error().message;
   EXPECT_EQ((*drafter)->name(), "head:" + file.filename().string());
   EXPECT_TRUE((*drafter)->wants_target_feature());
@@ -275,9 +281,9 @@ TEST_F(HeadDrafterTest, MalformedFilesAreRefusedNamingWhatIsWrong) {
   ASSERT_TRUE(tree.ok());
   EXPECT_TRUE(tree->empty());
   fs::remove(file);
-  EXPECT_THAT(make_head_drafter(model(), file, 1).error().message, HasSubstr(file.string()));
+  EXPECT_THAT(make_head_drafter(model(), file, one_thread()).error().message, HasSubstr(file.string()));
   std::ofstream(file) << "not a safetensors file";
-  EXPECT_THAT(make_head_drafter(model(), file, 1).error().message, HasSubstr(file.string()));
+  EXPECT_THAT(make_head_drafter(model(), file, one_thread()).error().message, HasSubstr(file.string()));
   fs::remove(file);
 }
 
