@@ -547,6 +547,8 @@ __global__ void __launch_bounds__(kMergeWarps * 32)
 
 // The wgmma kernels: a fragment of this file's anonymous namespace (it uses KernelArgs and the helpers above).
 #include "kernels/cuda/tree_attention_wgmma.cuh"  // NOLINT(build/include)
+// The warp-specialized wgmma kernel (128-key stages, a producer warp): a fragment of the same kind.
+#include "kernels/cuda/tree_attention_ws.cuh"  // NOLINT(build/include)
 
 // One compiled configuration of the chunk kernel.
 struct Variant {
@@ -556,6 +558,7 @@ struct Variant {
   void (*kernel)(KernelArgs);
   int warpgroups = 0;  // > 0: the wgmma kernel (tree_attention_wgmma.cuh), 64 rows a warpgroup
   void (*tma_kernel)(KernelArgs, CUtensorMap, CUtensorMap) = nullptr;  // set: the producer/consumer wgmma kernel
+  int producer_warps = 0;  // > 0: tree_attention_ws.cuh's kernel, its producer warps after the consumers
 };
 
 constexpr Variant kVariants[] = {
@@ -566,6 +569,9 @@ constexpr Variant kVariants[] = {
     {"wg4s4", 1, wg::kNB, 4, 16, true, tree_attention_wgmma_kernel<4, 4, 1>, 4},
     // wgmma with one producer (TMA loads on full/empty mbarriers, no CTA barrier in the loop): S slots.
     {"wg4p4", 1, wg::kNB, 4, 16, true, nullptr, 4, tree_attention_wgmma_tma_kernel<4, 4>},
+    // warp-specialized (tree_attention_ws.cuh): 2 consumer warpgroups, 128-key stages, 3 slots (2
+    // slots lost 0-65% at 48-64 nodes: attention_notes.md, 11-25 session 14).
+    {"ws2s3", 1, ws::kNB, 3, 8, true, nullptr, 2, tree_attention_ws_kernel<3>, ws::kProducerWarps},
 };
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
@@ -574,6 +580,7 @@ int variant_tile_rows(const Variant& v) { return v.warpgroups ? 64 : 16 * v.mt; 
 
 // The chunk kernel's shared memory: K/V stages, their metadata, then (QS) the CTA's Q rows.
 size_t variant_smem(const Variant& v, int cta_rows) {
+  if (v.producer_warps) return ws::smem_bytes(v.stages, (cta_rows + 63) / 64 * 64);
   if (v.tma_kernel) return wg::smem_bytes_tma(v.stages, (cta_rows + 63) / 64 * 64);
   if (v.warpgroups) return wg::smem_bytes(v.stages, (cta_rows + 63) / 64 * 64);
   const size_t stages =
@@ -585,9 +592,8 @@ size_t variant_smem(const Variant& v, int cta_rows) {
 // (3 wgmma warpgroups), more (4). SPECULA_TREE_ATTN=<a>,<b>,<c>,<d> overrides them (A/B timing on
 // the device; a shorter list sets the first tiers only).
 struct Choice {
-  // m1b4, q2b4w4, wg4p4, wg4s4: the producer/consumer kernel wins at 3 warpgroups but not at 4
-  // (attention_notes.md, 11-25).
-  int tier[4] = {0, 1, 4, 3};
+  // m1b4, then ws2s3 above 64 rows (attention_notes.md, 11-25 session 14).
+  int tier[4] = {0, 5, 5, 5};
 };
 Choice variant_choice() {
   static const Choice choice = [] {
@@ -635,7 +641,8 @@ const DeviceShape& device_shape() {
       for (int w = 1; w <= kMaxRows / 16; ++w) {
         int n = 0;
         const size_t smem = variant_smem(v, 16 * v.mt * w);
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, w * 32, smem) != cudaSuccess) n = 1;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, (w + v.producer_warps) * 32, smem) != cudaSuccess)
+          n = 1;
         shape.ctas_per_sm[i][w] = std::max(1, n);
       }
     }
@@ -666,7 +673,7 @@ Plan make_plan(const TreeQueries& tq, int kv_heads, int groups, int group_size, 
   p.row_splits = (p.rows_pad + most_rows - 1) / most_rows;
   p.cta_rows = std::min(p.rows_pad, most_rows);
   p.warps = v.warpgroups ? p.cta_rows / 16 : std::max(4, p.cta_rows / tile_rows);
-  p.threads = p.warps * 32;
+  p.threads = (p.warps + v.producer_warps) * 32;
   p.smem = variant_smem(v, p.cta_rows);
   // One full wave of CTAs (at most 4 per SM: more only adds partials to merge; rounded down to a
   // multiple of the (group, kv head) pairs, so no CTA waits for a second wave); each CTA takes at

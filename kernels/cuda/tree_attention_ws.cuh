@@ -1,0 +1,259 @@
+// The warp-specialized wgmma tier of tree_attention.cu (variants ws2sS), shaped after
+// FlashAttention-3's forward kernel. Included by tree_attention.cu only, after
+// tree_attention_wgmma.cuh (it uses wg::'s descriptors, softmax step, TMA and mbarrier helpers):
+// not a standalone header.
+//
+// Why another kernel: wg4s4 / wg4p4 run 4 warpgroups of 64 rows over 64-key stages, and each
+// warpgroup runs S = Q K^T, then the softmax, then P V, one after the other. Per 64 keys the SM
+// reads K four times from shared memory for Q K^T (both operands there: 4 KB per m64n64k16, about
+// the tensor core's own time at 128 B/clock) and every warp's softmax leaves the tensor pipe idle
+// unless another warpgroup happens to be in its MMAs (ncu at 64 nodes: tensor pipe 38% busy).
+// Here a CTA has 2 consumer warpgroups (128 rows; 256 rows take 2 CTAs over the same chunk, whose
+// second read of the K/V comes mostly from L2) and one producer warp, over 128-key stages:
+//   - Q K^T is m64n128k16 (6 KB of operands per 262K MACs instead of 4 KB per 131K);
+//   - a consumer thread's 232 registers hold O, the next stage's S and the current P at once, so
+//     stage st's Q K^T and stage st-1's P V are issued together and stage st's softmax runs while
+//     P V is still on the tensor cores (FA3's intra-warpgroup overlap). The producer is a whole
+//     warpgroup because setmaxnreg, which moves its registers to the consumers (40 / 232 instead
+//     of 168 each at 384 threads), is a warpgroup instruction; at 288 threads (one producer warp)
+//     ptxas caps a thread at 168, as 3 warps share an SM sub-partition's 16K registers, and
+//     serializes the MMAs;
+//   - lanes 0..7 of the producer warpgroup's first warp load a stage's 8 blocks with TMA into a
+//     ring guarded by full/empty mbarriers (wg4p4's scheme, 8 blocks a stage).
+#pragma once
+
+namespace ws {
+
+constexpr int kNB = 8;                  // blocks a stage: 128 keys
+constexpr int kKeys = kNB * B;          // keys a stage
+constexpr int kStageElems = kKeys * D;  // bf16 per stage of K (or V)
+constexpr int kProducerWarps = 4;       // one warpgroup, after the consumers
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 32 x (40 + 2 x 232) <= 16K a sub-partition
+
+template <int N>
+__device__ __forceinline__ void set_max_regs_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void set_max_regs_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+// d (64 x 128, f32) = A (64 x 16, smem) * B (16 x 128, smem, K-major): scale-d 0, d only written.
+__device__ __forceinline__ void mma_qk_first(float (&d)[64], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
+      "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "
+      "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]), "=f"(d[8]),
+        "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]), "=f"(d[16]),
+        "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]), "=f"(d[24]),
+        "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31]), "=f"(d[32]),
+        "=f"(d[33]), "=f"(d[34]), "=f"(d[35]), "=f"(d[36]), "=f"(d[37]), "=f"(d[38]), "=f"(d[39]), "=f"(d[40]),
+        "=f"(d[41]), "=f"(d[42]), "=f"(d[43]), "=f"(d[44]), "=f"(d[45]), "=f"(d[46]), "=f"(d[47]), "=f"(d[48]),
+        "=f"(d[49]), "=f"(d[50]), "=f"(d[51]), "=f"(d[52]), "=f"(d[53]), "=f"(d[54]), "=f"(d[55]), "=f"(d[56]),
+        "=f"(d[57]), "=f"(d[58]), "=f"(d[59]), "=f"(d[60]), "=f"(d[61]), "=f"(d[62]), "=f"(d[63])
+      : "l"(da), "l"(db));
+}
+// d (64 x 128, f32) += A (64 x 16, smem) * B (16 x 128, smem, K-major).
+__device__ __forceinline__ void mma_qk(float (&d)[64], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
+      "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "
+      "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+        "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(da), "l"(db));
+}
+
+// Shared memory for a CTA of cta_rows rows (a multiple of 64): 1 KB of alignment slack, the K and
+// V ring, Q, the stages' block metadata, then a full and an empty mbarrier a slot.
+constexpr size_t smem_bytes(int stages, int cta_rows) {
+  return (1024 + size_t(stages) * 2 * kStageElems * 2 + size_t(cta_rows) * D * 2 +
+          size_t(stages) * kNB * (sizeof(uint64_t) + sizeof(int32_t)) + 7) /
+             8 * 8 +
+         size_t(stages) * 2 * sizeof(uint64_t);
+}
+
+}  // namespace ws
+
+// k_map, v_map: as tree_attention_wgmma_tma_kernel's. blockDim = the consumer warps (4 a
+// warpgroup of 64 rows, a.cta_rows / 16 of them) + the producer warpgroup, the last. STAGES slots.
+template <int STAGES>
+__global__ void __launch_bounds__(2 * 128 + 32 * ws::kProducerWarps, 1)
+    tree_attention_ws_kernel(KernelArgs a, const __grid_constant__ CUtensorMap k_map,
+                             const __grid_constant__ CUtensorMap v_map) {
+  using namespace wg;
+  constexpr int NB = ws::kNB, kKeys = ws::kKeys, kStageElems = ws::kStageElems;
+  static_assert(STAGES >= 2, "a slot computed while the next loads");
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* base = smem_raw + ((1024 - (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023)) & 1023);
+  auto* ks = reinterpret_cast<__nv_bfloat16*>(base);                            // [STAGES][2][kKeys][64]
+  __nv_bfloat16* vs = ks + STAGES * kStageElems;                                // [STAGES][2][kKeys][64]
+  __nv_bfloat16* qs = vs + STAGES * kStageElems;                                // [2][cta_rows][64]
+  auto* meta_members = reinterpret_cast<uint64_t*>(qs + a.cta_rows * D);        // [STAGES][NB]
+  auto* meta_logical = reinterpret_cast<int32_t*>(meta_members + STAGES * NB);  // [STAGES][NB], -1: none
+  auto* full = reinterpret_cast<uint64_t*>((reinterpret_cast<uintptr_t>(meta_logical + STAGES * NB) + 7) / 8 *
+                                           8);  // [STAGES]: the slot is loaded
+  uint64_t* empty = full + STAGES;              // [STAGES]: every consumer warp is done with the slot
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int consumer_warps = blockDim.x / 32 - ws::kProducerWarps;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(&full[s], NB);               // one arrival (with its bytes) a producer lane
+      mbar_init(&empty[s], consumer_warps);  // one arrival a consumer warp
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+
+  pdl_wait();  // inputs from earlier kernels; the workspace the last merge read
+
+  const int chunk = blockIdx.x, kvh = blockIdx.y, group = blockIdx.z / a.row_splits;
+  const int cta_row0 = blockIdx.z % a.row_splits * a.cta_rows;
+  const int gqa = a.q_heads / a.kv_heads;
+  const int node0 = group * a.group_size;
+  const ChunkRange range = chunk_range(a, chunk, kvh, group);
+  // At least one stage, so the consumers' pipeline below has no branch around its MMAs (ptxas
+  // serializes a wgmma in a branch): a CTA with no entries computes one stage of absent blocks,
+  // all masked, and writes the empty partial (max -inf, sum 0, O 0) the merge expects.
+  const int n_stages = max(1, (range.n_entries + NB - 1) / NB);
+
+  load_q(a, qs, cta_row0, kvh, node0, gqa, blockDim.x);
+  fence_proxy_async();
+  __syncthreads();  // Q and the barriers' init visible to all
+
+  if (warp >= consumer_warps) {
+    // Producer: lane b < NB of its first warp loads block b of each stage (K and V, two 64-dim
+    // halves each: 4 TMA boxes of 16 keys x 128 B), its block id fetched a stage early.
+    ws::set_max_regs_dec<ws::kProducerRegs>();
+    if (warp != consumer_warps || lane >= NB) return;
+    int next_logical = -1, next_phys = 0;
+    uint64_t next_members = ~0ull;
+    auto fetch = [&](int st) {
+      next_members = ~0ull;
+      fetch_entry(a, range, st * NB + lane, true, next_logical, next_phys, next_members);
+    };
+    fetch(0);
+    for (int st = 0; st < n_stages; ++st) {
+      constexpr uint32_t kBlockBytes = 2 * B * D * 2;  // K and V of one block, one kv head
+      const int slot = st % STAGES;
+      if (st >= STAGES) mbar_wait(&empty[slot], (st / STAGES - 1) & 1);
+      meta_logical[slot * NB + lane] = next_logical;
+      meta_members[slot * NB + lane] = next_members;
+      mbar_arrive_expect_tx(&full[slot], kBlockBytes);
+      // Absent blocks load from row -B, wholly outside the map: zeros, bytes still counted.
+      const int row = next_logical >= 0 ? (next_phys * a.kv_heads + kvh) * B : -B;
+      __nv_bfloat16* kd = ks + slot * kStageElems + lane * B * 64;
+      __nv_bfloat16* vd = vs + slot * kStageElems + lane * B * 64;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        tma_load(kd + h * kKeys * 64, &k_map, h * 64, row, &full[slot]);
+        tma_load(vd + h * kKeys * 64, &v_map, h * 64, row, &full[slot]);
+      }
+      fetch(st + 1);
+    }
+    return;
+  }
+
+  // Consumers: warpgroup wgi, warp-in-CTA `warp` owns rows row0 .. row0 + 15.
+  ws::set_max_regs_inc<ws::kConsumerRegs>();
+  const int wgi = warp / 4, g = lane / 4, t = lane % 4;
+  const int row0 = cta_row0 + warp * 16;
+  int row_node[2];  // rows g and g+8 of the warp's 16; -1 for padding
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + g + 8 * r, local = row / gqa;
+    row_node[r] = row < a.rows && node0 + local < a.nodes ? node0 + local : -1;
+  }
+  float o[64];  // O: 16 dim tiles of 8, o[4i..4i+3] as the m16n8 accumulator
+#pragma unroll
+  for (int i = 0; i < 64; ++i) o[i] = 0.f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};  // max of unscaled scores, sum
+
+  const uint64_t q_desc = desc(qs + wgi * 64 * 64, 16, 1024);
+  const uint64_t k_desc = desc(ks, 16, 1024);
+  const uint64_t v_desc = desc(vs, kKeys * 64 * 2, 1024);
+  const uint32_t q_half = a.cta_rows * 64 * 2 >> 4, kv_half = kKeys * 64 * 2 >> 4, stage = kStageElems * 2 >> 4;
+  constexpr uint32_t v_block = B * 64 * 2 >> 4;  // 16 keys of V
+
+  float s[64];        // S of the stage being softmaxed: s[4j + 2r + c] = row g + 8r, key 8j + 2t + c
+  uint32_t pf[NB][4];  // P of the stage whose P V is next, as k16 A fragments (one a block)
+  float alpha[2];
+  // S = Q K^T (unscaled) of a slot, 64 rows x 128 keys a warpgroup: 8 k steps of 16 dims.
+  auto issue_qk = [&](int slot) {
+    const uint64_t k_st = k_desc + slot * stage;
+    ws::mma_qk_first(s, q_desc, k_st);
+#pragma unroll
+    for (int kk = 1; kk < 8; ++kk) {
+      const uint32_t off = (kk & 3) * 2;  // 32 B (>> 4) a k step inside the 128-byte row
+      ws::mma_qk(s, q_desc + (kk >> 2) * q_half + off, k_st + (kk >> 2) * kv_half + off);
+    }
+    commit();
+  };
+  // O += P V of a slot, one k16 step a block.
+  auto issue_pv = [&](int slot) {
+#pragma unroll
+    for (int b = 0; b < NB; ++b) mma_pv(o, pf[b], v_desc + slot * stage + b * v_block);
+    commit();
+  };
+  // The online softmax of s (masks from the slot's metadata); returns whether O needs alpha.
+  auto softmax = [&](int slot) {
+    int logical[NB];
+#pragma unroll
+    for (int b = 0; b < NB; ++b) logical[b] = meta_logical[slot * NB + b];
+    bool whole = a.list_blocks == nullptr;
+#pragma unroll
+    for (int b = 0; b < NB; ++b) whole = whole && logical[b] >= 0 && (logical[b] + 1) * B <= a.prefix_len;
+    return softmax_step<NB>(s, a, logical, meta_members + slot * NB, whole, row_node, t, m_run, l_run, alpha);
+  };
+  auto pack = [&] {
+#pragma unroll
+    for (int b = 0; b < NB; ++b) pack_p<NB>(pf[b], s, b);
+  };
+
+  // Stage 0: S, softmax, P (O is still zero: no rescale).
+  mbar_wait(&full[0], 0);
+  fence();
+  issue_qk(0);
+  wait<0>();
+  pin(s);
+  softmax(0);
+  pack();
+  for (int st = 1; st < n_stages; ++st) {
+    const int slot = st % STAGES, prev = (st - 1) % STAGES;
+    mbar_wait(&full[slot], (st / STAGES) & 1);
+    pin(o);
+    fence();
+    issue_qk(slot);  // S of stage st ...
+    issue_pv(prev);  // ... and O += P V of stage st - 1 behind it
+    wait<1>();       // S is in; P V may still run
+    pin(s);
+    const bool moved = softmax(slot);
+    wait<0>();
+    pin(o);
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&empty[prev]);
+    if (moved) rescale(o, alpha);
+    pack();
+  }
+  pin(o);
+  fence();
+  issue_pv((n_stages - 1) % STAGES);
+  wait<0>();
+  pin(o);
+  pdl_trigger();
+  store_partials(a, chunk, kvh, group, row0, g, t, o, m_run, l_run);
+}
