@@ -591,9 +591,14 @@ size_t variant_smem(const Variant& v, int cta_rows) {
 // Variant choice by query rows a (group, kv head): <= 64 rows (16 nodes at GQA 4), <= 128, <= 192
 // (3 wgmma warpgroups), more (4). SPECULA_TREE_ATTN=<a>,<b>,<c>,<d> overrides them (A/B timing on
 // the device; a shorter list sets the first tiers only).
+constexpr int kLongList = 2048;  // blocks (32K tokens)
 struct Choice {
-  // m1b4, then ws2s3 above 64 rows (attention_notes.md, 11-25 session 14).
+  // m1b4, then ws2s3 above 64 rows (attention_notes.md, 11-25 session 14). long_tier0 replaces
+  // tier 0 for lists of kLongList blocks and more when a group has more than 16 rows: ws2s3 there
+  // too (8-16 nodes, 32K-128K: 5-10% faster), while short sparse lists and one-node groups (per-query)
+  // lost on it.
   int tier[4] = {0, 5, 5, 5};
+  int long_tier0 = 5;
 };
 Choice variant_choice() {
   static const Choice choice = [] {
@@ -612,6 +617,7 @@ Choice variant_choice() {
         if (v >= 0) c.tier[t] = v;
         p += n + (comma ? 1 : 0);
       }
+      c.long_tier0 = c.tier[0];  // an explicit setting holds at every list length
       std::fprintf(stderr, "tree_attention: SPECULA_TREE_ATTN=%s -> %s,%s,%s,%s\n", env, kVariants[c.tier[0]].name,
                    kVariants[c.tier[1]].name, kVariants[c.tier[2]].name, kVariants[c.tier[3]].name);
     }
@@ -664,6 +670,7 @@ Plan make_plan(const TreeQueries& tq, int kv_heads, int groups, int group_size, 
   p.rows = group_size * gqa;
   const Choice choice = variant_choice();
   p.variant = choice.tier[p.rows <= 64 ? 0 : p.rows <= 128 ? 1 : p.rows <= 192 ? 2 : 3];
+  if (p.rows > 16 && p.rows <= 64 && max_blocks >= kLongList) p.variant = choice.long_tier0;
   const Variant& v = kVariants[p.variant];
   const int tile_rows = variant_tile_rows(v);
   p.rows_pad = (p.rows + tile_rows - 1) / tile_rows * tile_rows;

@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(2 * 128 + 32 * ws::kProducerWarps, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(&full[s], NB);               // one arrival (with its bytes) a producer lane
-      mbar_init(&empty[s], consumer_warps);  // one arrival a consumer warp
+      mbar_init(&empty[s], consumer_warps * 32);  // one arrival a consumer thread
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -244,8 +244,10 @@ __global__ void __launch_bounds__(2 * 128 + 32 * ws::kProducerWarps, 1)
     const bool moved = softmax(slot);
     wait<0>();
     pin(o);
-    __syncwarp();
-    if (lane == 0) mbar_arrive(&empty[prev]);
+    // Every consumer thread releases the slot (its own metadata reads included): with one arrival a
+    // warp after __syncwarp, racecheck flagged the producer's next metadata store against the
+    // other lanes' reads (wg4p4's false positive, attention_notes.md 11-25).
+    mbar_arrive(&empty[prev]);
     if (moved) rescale(o, alpha);
     pack();
   }
