@@ -12,6 +12,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -594,9 +595,9 @@ size_t variant_smem(const Variant& v, int cta_rows) {
 constexpr int kLongList = 2048;  // blocks (32K tokens)
 struct Choice {
   // m1b4, then ws2s3 above 64 rows (attention_notes.md, 11-25 session 14). long_tier0 replaces
-  // tier 0 for lists of kLongList blocks and more when a group has more than 16 rows: ws2s3 there
-  // too (8-16 nodes, 32K-128K: 5-10% faster), while short sparse lists and one-node groups (per-query)
-  // lost on it.
+  // tier 0 for dense lists of kLongList blocks and more when a group has more than 16 rows: ws2s3
+  // there too (8-16 nodes, 32K-128K: 6-11% faster). Sparse lists stay on m1b4: group-union lists
+  // (8 nodes a group at 64K) ran 6-13% slower on ws2s3, and one-node groups (per-query) slower still.
   int tier[4] = {0, 5, 5, 5};
   int long_tier0 = 5;
 };
@@ -664,13 +665,14 @@ struct Plan {
   size_t smem = 0;
 };
 
-Plan make_plan(const TreeQueries& tq, int kv_heads, int groups, int group_size, int max_blocks) {
+// sparse: block lists given (else every block of the context, in order).
+Plan make_plan(const TreeQueries& tq, int kv_heads, int groups, int group_size, int max_blocks, bool sparse) {
   Plan p;
   const int gqa = tq.q_heads / kv_heads;
   p.rows = group_size * gqa;
   const Choice choice = variant_choice();
   p.variant = choice.tier[p.rows <= 64 ? 0 : p.rows <= 128 ? 1 : p.rows <= 192 ? 2 : 3];
-  if (p.rows > 16 && p.rows <= 64 && max_blocks >= kLongList) p.variant = choice.long_tier0;
+  if (!sparse && p.rows > 16 && p.rows <= 64 && max_blocks >= kLongList) p.variant = choice.long_tier0;
   const Variant& v = kVariants[p.variant];
   const int tile_rows = variant_tile_rows(v);
   p.rows_pad = (p.rows + tile_rows - 1) / tile_rows * tile_rows;
@@ -748,7 +750,7 @@ bool launch(const PagedKv& kv, const TreeQueries& tq, const int32_t* blocks, con
     if (error) *error = "tree_attention: group has more than 256 query rows";
     return false;
   }
-  const Plan p = make_plan(tq, kv.kv_heads, groups, group_size, max_blocks);
+  const Plan p = make_plan(tq, kv.kv_heads, groups, group_size, max_blocks, blocks != nullptr);
   const size_t need = attention_workspace_bytes(tq, kv.kv_heads, groups, group_size, max_blocks);
   if (workspace_bytes < need) {
     if (error)
@@ -808,8 +810,12 @@ bool launch(const PagedKv& kv, const TreeQueries& tq, const int32_t* blocks, con
 }  // namespace
 
 size_t attention_workspace_bytes(const TreeQueries& tq, int kv_heads, int groups, int group_size, int max_blocks) {
-  const Plan p = make_plan(tq, kv_heads, groups, group_size, max_blocks);
-  const size_t parts = size_t(groups) * kv_heads * p.chunks * p.rows_pad;
+  // The caller may run either kind of list on this workspace: the larger plan of the two.
+  size_t parts = 0;
+  for (const bool sparse : {false, true}) {
+    const Plan p = make_plan(tq, kv_heads, groups, group_size, max_blocks, sparse);
+    parts = std::max(parts, size_t(groups) * kv_heads * p.chunks * p.rows_pad);
+  }
   return parts * D * sizeof(float) + parts * sizeof(float2);
 }
 
