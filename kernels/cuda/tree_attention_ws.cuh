@@ -241,21 +241,14 @@ __global__ void __launch_bounds__(2 * 128 + 32 * ws::kProducerWarps, 1)
     issue_pv(prev);  // ... and O += P V of stage st - 1 behind it
     wait<1>();       // S is in; P V may still run
     pin(s);
-    // The wait sits in both arms of the rescale branch, after the vote: in one block with the
-    // softmax, ptxas scheduled it first and the softmax's exps and sums after it (only the row max
-    // stayed above), so P V hid none of them.
-    if (softmax(slot)) {
-      wait<0>();
-      pin(o);
-      rescale(o, alpha);
-    } else {
-      wait<0>();
-      pin(o);
-    }
+    const bool moved = softmax(slot);
+    wait<0>();
+    pin(o);
     // Every consumer thread releases the slot (its own metadata reads included): with one arrival a
     // warp after __syncwarp, racecheck flagged the producer's next metadata store against the
     // other lanes' reads (wg4p4's false positive, attention_notes.md 11-25).
     mbar_arrive(&empty[prev]);
+    if (moved) rescale(o, alpha);
     pack();
   }
   pin(o);
