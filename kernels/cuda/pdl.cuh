@@ -41,26 +41,4 @@ void launch_pdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t sha
   (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
-// As launch_pdl, for a kernel of thread-block clusters of `cluster` CTAs (the cluster shape is a
-// launch attribute, needed on every launch of such a kernel).
-template <typename... KernelArgs, typename... Args>
-void launch_pdl_cluster(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
-                        dim3 cluster, Args&&... args) {
-  cudaLaunchAttribute attributes[2]{};
-  attributes[0].id = cudaLaunchAttributeClusterDimension;
-  attributes[0].val.clusterDim.x = cluster.x;
-  attributes[0].val.clusterDim.y = cluster.y;
-  attributes[0].val.clusterDim.z = cluster.z;
-  attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attributes[1].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = shared_bytes;
-  config.stream = stream;
-  config.attrs = attributes;
-  config.numAttrs = programmatic_dependent_launch() ? 2 : 1;
-  (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
-}
-
 }  // namespace specula::cuda

@@ -560,8 +560,6 @@ struct Variant {
   int warpgroups = 0;  // > 0: the wgmma kernel (tree_attention_wgmma.cuh), 64 rows a warpgroup
   void (*tma_kernel)(KernelArgs, CUtensorMap, CUtensorMap) = nullptr;  // set: the producer/consumer wgmma kernel
   int producer_warps = 0;  // > 0: tree_attention_ws.cuh's kernel, its producer warps after the consumers
-  // set: the same kernel for 2 row splits, launched as clusters of the pair (multicast K/V loads)
-  void (*tma_pair_kernel)(KernelArgs, CUtensorMap, CUtensorMap) = nullptr;
 };
 
 constexpr Variant kVariants[] = {
@@ -574,10 +572,7 @@ constexpr Variant kVariants[] = {
     {"wg4p4", 1, wg::kNB, 4, 16, true, nullptr, 4, tree_attention_wgmma_tma_kernel<4, 4>},
     // warp-specialized (tree_attention_ws.cuh): 2 consumer warpgroups, 128-key stages, 3 slots (2
     // slots lost 0-65% at 48-64 nodes: attention_notes.md, 11-25 session 14).
-    {"ws2s3", 1, ws::kNB, 3, 8, true, nullptr, 2, tree_attention_ws_kernel<3, false>, ws::kProducerWarps,
-     tree_attention_ws_kernel<3, true>},
-    // the same without the pair kernel: 2 row splits read the K/V apart (A/B of the multicast)
-    {"ws2s3u", 1, ws::kNB, 3, 8, true, nullptr, 2, tree_attention_ws_kernel<3, false>, ws::kProducerWarps},
+    {"ws2s3", 1, ws::kNB, 3, 8, true, nullptr, 2, tree_attention_ws_kernel<3>, ws::kProducerWarps},
 };
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
@@ -637,7 +632,6 @@ Choice variant_choice() {
 struct DeviceShape {
   int sms = 132;
   int ctas_per_sm[kNumVariants][kMaxRows / 16 + 1] = {};
-  int pair_clusters[kNumVariants] = {};  // resident 2-CTA clusters of tma_pair_kernel at its most rows
 };
 const DeviceShape& device_shape() {
   static DeviceShape shape;
@@ -658,24 +652,6 @@ const DeviceShape& device_shape() {
           n = 1;
         shape.ctas_per_sm[i][w] = std::max(1, n);
       }
-      if (v.tma_pair_kernel) {
-        const auto pair = reinterpret_cast<const void*>(v.tma_pair_kernel);
-        cudaFuncSetAttribute(pair, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
-        cudaLaunchAttribute cluster{};
-        cluster.id = cudaLaunchAttributeClusterDimension;
-        cluster.val.clusterDim.x = 1;
-        cluster.val.clusterDim.y = 1;
-        cluster.val.clusterDim.z = 2;
-        cudaLaunchConfig_t config{};
-        config.gridDim = dim3(1, 1, 2);
-        config.blockDim = dim3((v.max_warps + v.producer_warps) * 32);
-        config.dynamicSmemBytes = most;
-        config.attrs = &cluster;
-        config.numAttrs = 1;
-        int n = 0;
-        if (cudaOccupancyMaxActiveClusters(&n, pair, &config) != cudaSuccess) n = 0;
-        shape.pair_clusters[i] = n;  // 0: the pair kernel is not used
-      }
     }
     cudaGetLastError();  // a failed query above is not the caller's launch error
   });
@@ -685,8 +661,7 @@ const DeviceShape& device_shape() {
 struct Plan {
   int variant = 0;
   int rows = 0, rows_pad = 0, warps = 0, threads = 0, cta_rows = 0, row_splits = 1;
-  int chunks = 0;     // a list's entries spread over these (chunk_entries)
-  bool pair = false;  // launch the variant's tma_pair_kernel as clusters of the 2 row splits
+  int chunks = 0;  // a list's entries spread over these (chunk_entries)
   size_t smem = 0;
 };
 
@@ -720,9 +695,7 @@ Plan make_plan(const TreeQueries& tq, int kv_heads, int groups, int group_size, 
     return env ? std::max(1, std::atoi(env)) : 4;
   }();
   per_sm = std::min(per_sm, per_sm_cap);
-  p.pair = v.tma_pair_kernel && p.row_splits == 2 && shape.pair_clusters[p.variant] > 0;
-  // A pair kernel's wave is the clusters the GPCs hold (an SM left over in a GPC takes none).
-  const int ctas_wanted = p.pair ? 2 * shape.pair_clusters[p.variant] : shape.sms * per_sm;
+  const int ctas_wanted = shape.sms * per_sm;
   const int base = std::max(1, groups * kv_heads * p.row_splits);
   const int chunks = std::max(1, ctas_wanted / base);
   const int per_chunk = (std::max(1, (max_blocks + chunks - 1) / chunks) + v.nb - 1) / v.nb * v.nb;
@@ -818,11 +791,7 @@ bool launch(const PagedKv& kv, const TreeQueries& tq, const int32_t* blocks, con
       if (error) *error = "tree_attention: cuTensorMapEncodeTiled failed for the K/V tensor maps";
       return false;
     }
-    if (p.pair)
-      launch_pdl_cluster(kVariants[p.variant].tma_pair_kernel, grid, dim3(p.threads), p.smem, s, dim3(1, 1, 2), a,
-                         k_map, v_map);
-    else
-      launch_pdl(tma_kernel, grid, dim3(p.threads), p.smem, s, a, k_map, v_map);
+    launch_pdl(tma_kernel, grid, dim3(p.threads), p.smem, s, a, k_map, v_map);
   } else {
     launch_pdl(kVariants[p.variant].kernel, grid, dim3(p.threads), p.smem, s, a);
   }

@@ -24,10 +24,10 @@
 
 namespace ws {
 
-constexpr int kNB = 8;                                  // blocks a stage: 128 keys
-constexpr int kKeys = kNB * B;                          // keys a stage
-constexpr int kStageElems = kKeys * D;                  // bf16 per stage of K (or V)
-constexpr int kProducerWarps = 4;                       // one warpgroup, after the consumers
+constexpr int kNB = 8;                  // blocks a stage: 128 keys
+constexpr int kKeys = kNB * B;          // keys a stage
+constexpr int kStageElems = kKeys * D;  // bf16 per stage of K (or V)
+constexpr int kProducerWarps = 4;       // one warpgroup, after the consumers
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 32 x (40 + 2 x 232) <= 16K a sub-partition
 
 template <int N>
@@ -78,46 +78,6 @@ __device__ __forceinline__ void mma_qk(float (&d)[64], uint64_t da, uint64_t db)
       : "l"(da), "l"(db));
 }
 
-// ---- Pairs (PAIR): the two CTAs of a 256-row group share their K/V loads ----
-// ncu at 64 nodes / 128K (ncu_tree_attention_ws_s14_h100_2026-11-25.txt): L2 throughput 93%, DRAM
-// 56%, tensor pipe 65%: the two row-split CTAs each read the chunk's K/V through L2. As a cluster
-// of 2, each CTA's producer loads half of a stage's blocks and multicasts them to both CTAs, so
-// L2 serves each byte once. A slot is refilled only when both CTAs' consumers have left it: every
-// consumer thread arrives on its own and on its peer's `empty` barrier.
-__device__ __forceinline__ uint32_t cluster_rank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
-// Every thread of both CTAs; orders shared-memory work (barrier init, remote arrivals) across them.
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-// Arrives on the mbarrier at the same shared-memory offset in CTA `peer` of the cluster.
-__device__ __forceinline__ void mbar_arrive_peer(uint64_t* bar, uint32_t peer) {
-  uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(wg::smem_u32(bar)), "r"(peer));
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
-}
-// As wg::mbar_wait, acquiring at cluster scope (the peer's consumers released the slot).
-__device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nWAIT:\n"
-      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT;\n}\n" ::"r"(wg::smem_u32(bar)),
-      "r"(parity)
-      : "memory");
-}
-// As wg::tma_load, written to the same offset in every CTA of cta_mask, completing on each one's bar.
-__device__ __forceinline__ void tma_load_multicast(void* dst, const CUtensorMap* map, int x, int y, uint64_t* bar,
-                                                   uint16_t cta_mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster "
-      "[%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(wg::smem_u32(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(wg::smem_u32(bar)), "h"(cta_mask)
-      : "memory");
-}
-
 // Shared memory for a CTA of cta_rows rows (a multiple of 64): 1 KB of alignment slack, the K and
 // V ring, Q, the stages' block metadata, then a full and an empty mbarrier a slot.
 constexpr size_t smem_bytes(int stages, int cta_rows) {
@@ -131,8 +91,7 @@ constexpr size_t smem_bytes(int stages, int cta_rows) {
 
 // k_map, v_map: as tree_attention_wgmma_tma_kernel's. blockDim = the consumer warps (4 a
 // warpgroup of 64 rows, a.cta_rows / 16 of them) + the producer warpgroup, the last. STAGES slots.
-// PAIR: launched as clusters of the 2 row splits of a (chunk, kv head, group) (a.row_splits = 2).
-template <int STAGES, bool PAIR>
+template <int STAGES>
 __global__ void __launch_bounds__(2 * 128 + 32 * ws::kProducerWarps, 1)
     tree_attention_ws_kernel(KernelArgs a, const __grid_constant__ CUtensorMap k_map,
                              const __grid_constant__ CUtensorMap v_map) {
@@ -152,12 +111,10 @@ __global__ void __launch_bounds__(2 * 128 + 32 * ws::kProducerWarps, 1)
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int consumer_warps = blockDim.x / 32 - ws::kProducerWarps;
-  constexpr int kPeers = PAIR ? 2 : 1;
-  const uint32_t rank = PAIR ? ws::cluster_rank() : 0;
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
-      mbar_init(&full[s], NB);                             // one arrival (with its bytes) a producer lane
-      mbar_init(&empty[s], consumer_warps * 32 * kPeers);  // one arrival a consumer thread (of each CTA)
+      mbar_init(&full[s], NB);               // one arrival (with its bytes) a producer lane
+      mbar_init(&empty[s], consumer_warps * 32);  // one arrival a consumer thread
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -176,15 +133,13 @@ __global__ void __launch_bounds__(2 * 128 + 32 * ws::kProducerWarps, 1)
 
   load_q(a, qs, cta_row0, kvh, node0, gqa, blockDim.x);
   fence_proxy_async();
-  // Q and the barriers' init visible to all (to the peer CTA too: it multicasts into this one and
-  // arrives on its barriers).
-  if constexpr (PAIR)
-    ws::cluster_sync();
-  else
-    __syncthreads();
+  __syncthreads();  // Q and the barriers' init visible to all
 
-  // The producer's loop (lane < NB of the first producer warp).
-  auto produce_all = [&] {
+  if (warp >= consumer_warps) {
+    // Producer: lane b < NB of its first warp loads block b of each stage (K and V, two 64-dim
+    // halves each: 4 TMA boxes of 16 keys x 128 B), its block id fetched a stage early.
+    ws::set_max_regs_dec<ws::kProducerRegs>();
+    if (warp != consumer_warps || lane >= NB) return;
     int next_logical = -1, next_phys = 0;
     uint64_t next_members = ~0ull;
     auto fetch = [&](int st) {
@@ -195,12 +150,7 @@ __global__ void __launch_bounds__(2 * 128 + 32 * ws::kProducerWarps, 1)
     for (int st = 0; st < n_stages; ++st) {
       constexpr uint32_t kBlockBytes = 2 * B * D * 2;  // K and V of one block, one kv head
       const int slot = st % STAGES;
-      if (st >= STAGES) {
-        if constexpr (PAIR)
-          ws::mbar_wait_cluster(&empty[slot], (st / STAGES - 1) & 1);
-        else
-          mbar_wait(&empty[slot], (st / STAGES - 1) & 1);
-      }
+      if (st >= STAGES) mbar_wait(&empty[slot], (st / STAGES - 1) & 1);
       meta_logical[slot * NB + lane] = next_logical;
       meta_members[slot * NB + lane] = next_members;
       mbar_arrive_expect_tx(&full[slot], kBlockBytes);
@@ -208,38 +158,16 @@ __global__ void __launch_bounds__(2 * 128 + 32 * ws::kProducerWarps, 1)
       const int row = next_logical >= 0 ? (next_phys * a.kv_heads + kvh) * B : -B;
       __nv_bfloat16* kd = ks + slot * kStageElems + lane * B * 64;
       __nv_bfloat16* vd = vs + slot * kStageElems + lane * B * 64;
-      if constexpr (PAIR) {
-        if (lane / (NB / 2) == int(rank)) {
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            ws::tma_load_multicast(kd + h * kKeys * 64, &k_map, h * 64, row, &full[slot], 0x3);
-            ws::tma_load_multicast(vd + h * kKeys * 64, &v_map, h * 64, row, &full[slot], 0x3);
-          }
-        }
-      } else {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          tma_load(kd + h * kKeys * 64, &k_map, h * 64, row, &full[slot]);
-          tma_load(vd + h * kKeys * 64, &v_map, h * 64, row, &full[slot]);
-        }
+      for (int h = 0; h < 2; ++h) {
+        tma_load(kd + h * kKeys * 64, &k_map, h * 64, row, &full[slot]);
+        tma_load(vd + h * kKeys * 64, &v_map, h * 64, row, &full[slot]);
       }
       fetch(st + 1);
     }
-  };
-
-  if (warp >= consumer_warps) {
-    // Producer: lane b < NB of its first warp loads block b of each stage (K and V, two 64-dim
-    // halves each: 4 TMA boxes of 16 keys x 128 B), its block id fetched a stage early. In a pair
-    // each lane still writes its block's metadata and expects its bytes, but only the CTA of rank
-    // b / (NB / 2) loads the block, into both CTAs.
-    ws::set_max_regs_dec<ws::kProducerRegs>();
-    if (warp == consumer_warps && lane < NB) produce_all();
-    if constexpr (PAIR) {
-      __syncwarp();
-      ws::cluster_sync();  // neither CTA leaves while the other may still reach it
-    }
     return;
   }
+
   // Consumers: warpgroup wgi, warp-in-CTA `warp` owns rows row0 .. row0 + 15.
   ws::set_max_regs_inc<ws::kConsumerRegs>();
   const int wgi = warp / 4, g = lane / 4, t = lane % 4;
@@ -261,7 +189,7 @@ __global__ void __launch_bounds__(2 * 128 + 32 * ws::kProducerWarps, 1)
   const uint32_t q_half = a.cta_rows * 64 * 2 >> 4, kv_half = kKeys * 64 * 2 >> 4, stage = kStageElems * 2 >> 4;
   constexpr uint32_t v_block = B * 64 * 2 >> 4;  // 16 keys of V
 
-  float s[64];         // S of the stage being softmaxed: s[4j + 2r + c] = row g + 8r, key 8j + 2t + c
+  float s[64];        // S of the stage being softmaxed: s[4j + 2r + c] = row g + 8r, key 8j + 2t + c
   uint32_t pf[NB][4];  // P of the stage whose P V is next, as k16 A fragments (one a block)
   float alpha[2];
   // S = Q K^T (unscaled) of a slot, 64 rows x 128 keys a warpgroup: 8 k steps of 16 dims.
@@ -320,7 +248,6 @@ __global__ void __launch_bounds__(2 * 128 + 32 * ws::kProducerWarps, 1)
     // warp after __syncwarp, racecheck flagged the producer's next metadata store against the
     // other lanes' reads (wg4p4's false positive, attention_notes.md 11-25).
     mbar_arrive(&empty[prev]);
-    if constexpr (PAIR) ws::mbar_arrive_peer(&empty[prev], rank ^ 1u);
     if (moved) rescale(o, alpha);
     pack();
   }
@@ -331,8 +258,4 @@ __global__ void __launch_bounds__(2 * 128 + 32 * ws::kProducerWarps, 1)
   pin(o);
   pdl_trigger();
   store_partials(a, chunk, kvh, group, row0, g, t, o, m_run, l_run);
-  if constexpr (PAIR) {
-    __syncwarp();
-    ws::cluster_sync();
-  }
 }
