@@ -572,7 +572,9 @@ constexpr Variant kVariants[] = {
     {"wg4p4", 1, wg::kNB, 4, 16, true, nullptr, 4, tree_attention_wgmma_tma_kernel<4, 4>},
     // warp-specialized (tree_attention_ws.cuh): 2 consumer warpgroups, 128-key stages, 3 slots (2
     // slots lost 0-65% at 48-64 nodes: attention_notes.md, 11-25 session 14).
-    {"ws2s3", 1, ws::kNB, 3, 8, true, nullptr, 2, tree_attention_ws_kernel<3>, ws::kProducerWarps},
+    {"ws2s3", 1, 8, 3, 8, true, nullptr, 2, tree_attention_ws_kernel<2, 8, 3>, ws::kProducerWarps},
+    // 3 consumer warpgroups (192 rows: 48 nodes in one CTA), 64-key stages, 4 slots.
+    {"ws3s4", 1, 4, 4, 12, true, nullptr, 3, tree_attention_ws_kernel<3, 4, 4>, ws::kProducerWarps},
 };
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
@@ -581,7 +583,7 @@ int variant_tile_rows(const Variant& v) { return v.warpgroups ? 64 : 16 * v.mt; 
 
 // The chunk kernel's shared memory: K/V stages, their metadata, then (QS) the CTA's Q rows.
 size_t variant_smem(const Variant& v, int cta_rows) {
-  if (v.producer_warps) return ws::smem_bytes(v.stages, (cta_rows + 63) / 64 * 64);
+  if (v.producer_warps) return ws::smem_bytes(v.stages, v.nb, (cta_rows + 63) / 64 * 64);
   if (v.tma_kernel) return wg::smem_bytes_tma(v.stages, (cta_rows + 63) / 64 * 64);
   if (v.warpgroups) return wg::smem_bytes(v.stages, (cta_rows + 63) / 64 * 64);
   const size_t stages =

@@ -24,11 +24,11 @@
 
 namespace ws {
 
-constexpr int kNB = 8;                  // blocks a stage: 128 keys
-constexpr int kKeys = kNB * B;          // keys a stage
-constexpr int kStageElems = kKeys * D;  // bf16 per stage of K (or V)
-constexpr int kProducerWarps = 4;       // one warpgroup, after the consumers
-constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 32 x (40 + 2 x 232) <= 16K a sub-partition
+constexpr int kProducerWarps = 4;  // one warpgroup, after the consumers
+constexpr int kProducerRegs = 40;
+// A consumer thread's registers with WG consumer warpgroups: an SM sub-partition's 16K registers
+// hold one producer warp and WG consumer warps, 32 lanes each (2 -> 232, 3 -> 152), in steps of 8.
+__host__ __device__ constexpr int consumer_regs(int wg) { return (16384 / 32 - kProducerRegs) / wg / 8 * 8; }
 
 template <int N>
 __device__ __forceinline__ void set_max_regs_inc() {
@@ -78,11 +78,12 @@ __device__ __forceinline__ void mma_qk(float (&d)[64], uint64_t da, uint64_t db)
       : "l"(da), "l"(db));
 }
 
-// Shared memory for a CTA of cta_rows rows (a multiple of 64): 1 KB of alignment slack, the K and
-// V ring, Q, the stages' block metadata, then a full and an empty mbarrier a slot.
-constexpr size_t smem_bytes(int stages, int cta_rows) {
-  return (1024 + size_t(stages) * 2 * kStageElems * 2 + size_t(cta_rows) * D * 2 +
-          size_t(stages) * kNB * (sizeof(uint64_t) + sizeof(int32_t)) + 7) /
+// Shared memory for a CTA of cta_rows rows (a multiple of 64) over stages of nb blocks: 1 KB of
+// alignment slack, the K and V ring, Q, the stages' block metadata, then a full and an empty
+// mbarrier a slot.
+constexpr size_t smem_bytes(int stages, int nb, int cta_rows) {
+  return (1024 + size_t(stages) * 2 * nb * B * D * 2 + size_t(cta_rows) * D * 2 +
+          size_t(stages) * nb * (sizeof(uint64_t) + sizeof(int32_t)) + 7) /
              8 * 8 +
          size_t(stages) * 2 * sizeof(uint64_t);
 }
@@ -90,13 +91,16 @@ constexpr size_t smem_bytes(int stages, int cta_rows) {
 }  // namespace ws
 
 // k_map, v_map: as tree_attention_wgmma_tma_kernel's. blockDim = the consumer warps (4 a
-// warpgroup of 64 rows, a.cta_rows / 16 of them) + the producer warpgroup, the last. STAGES slots.
-template <int STAGES>
-__global__ void __launch_bounds__(2 * 128 + 32 * ws::kProducerWarps, 1)
+// warpgroup of 64 rows, a.cta_rows / 16 of them, at most WG warpgroups) + the producer warpgroup,
+// the last. NB blocks a stage (8: 128 keys; 4: 64 keys, for 3 warpgroups' 152 registers), STAGES
+// slots.
+template <int WG, int NB, int STAGES>
+__global__ void __launch_bounds__(WG * 128 + 32 * ws::kProducerWarps, 1)
     tree_attention_ws_kernel(KernelArgs a, const __grid_constant__ CUtensorMap k_map,
                              const __grid_constant__ CUtensorMap v_map) {
   using namespace wg;
-  constexpr int NB = ws::kNB, kKeys = ws::kKeys, kStageElems = ws::kStageElems;
+  static_assert(NB == 4 || NB == 8, "Q K^T is m64n64 or m64n128");
+  constexpr int kKeys = NB * B, kStageElems = kKeys * D;
   static_assert(STAGES >= 2, "a slot computed while the next loads");
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* base = smem_raw + ((1024 - (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023)) & 1023);
@@ -113,7 +117,7 @@ __global__ void __launch_bounds__(2 * 128 + 32 * ws::kProducerWarps, 1)
   const int consumer_warps = blockDim.x / 32 - ws::kProducerWarps;
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
-      mbar_init(&full[s], NB);               // one arrival (with its bytes) a producer lane
+      mbar_init(&full[s], NB);                    // one arrival (with its bytes) a producer lane
       mbar_init(&empty[s], consumer_warps * 32);  // one arrival a consumer thread
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -169,7 +173,7 @@ __global__ void __launch_bounds__(2 * 128 + 32 * ws::kProducerWarps, 1)
   }
 
   // Consumers: warpgroup wgi, warp-in-CTA `warp` owns rows row0 .. row0 + 15.
-  ws::set_max_regs_inc<ws::kConsumerRegs>();
+  ws::set_max_regs_inc<ws::consumer_regs(WG)>();
   const int wgi = warp / 4, g = lane / 4, t = lane % 4;
   const int row0 = cta_row0 + warp * 16;
   int row_node[2];  // rows g and g+8 of the warp's 16; -1 for padding
@@ -189,17 +193,23 @@ __global__ void __launch_bounds__(2 * 128 + 32 * ws::kProducerWarps, 1)
   const uint32_t q_half = a.cta_rows * 64 * 2 >> 4, kv_half = kKeys * 64 * 2 >> 4, stage = kStageElems * 2 >> 4;
   constexpr uint32_t v_block = B * 64 * 2 >> 4;  // 16 keys of V
 
-  float s[64];        // S of the stage being softmaxed: s[4j + 2r + c] = row g + 8r, key 8j + 2t + c
+  float s[NB * 8];     // S of the stage being softmaxed: s[4j + 2r + c] = row g + 8r, key 8j + 2t + c
   uint32_t pf[NB][4];  // P of the stage whose P V is next, as k16 A fragments (one a block)
   float alpha[2];
-  // S = Q K^T (unscaled) of a slot, 64 rows x 128 keys a warpgroup: 8 k steps of 16 dims.
+  // S = Q K^T (unscaled) of a slot, 64 rows x kKeys keys a warpgroup: 8 k steps of 16 dims.
   auto issue_qk = [&](int slot) {
     const uint64_t k_st = k_desc + slot * stage;
-    ws::mma_qk_first(s, q_desc, k_st);
+    if constexpr (NB == 8)
+      ws::mma_qk_first(s, q_desc, k_st);
+    else
+      wg::mma_qk_first(s, q_desc, k_st);
 #pragma unroll
     for (int kk = 1; kk < 8; ++kk) {
       const uint32_t off = (kk & 3) * 2;  // 32 B (>> 4) a k step inside the 128-byte row
-      ws::mma_qk(s, q_desc + (kk >> 2) * q_half + off, k_st + (kk >> 2) * kv_half + off);
+      if constexpr (NB == 8)
+        ws::mma_qk(s, q_desc + (kk >> 2) * q_half + off, k_st + (kk >> 2) * kv_half + off);
+      else
+        wg::mma_qk(s, q_desc + (kk >> 2) * q_half + off, k_st + (kk >> 2) * kv_half + off);
     }
     commit();
   };
