@@ -88,10 +88,11 @@ TEST(CudaTreeAttention, DenseMatchesReferenceOnRandomTrees) {
   struct Case { int nodes, prefix; };
   // The long contexts give each CTA several pipeline stages and a partial last one. Row counts
   // (nodes x 4 q heads a kv head) cover each kernel variant: <= 64 (mma.sync; from 2048 blocks and
-  // 17 rows the warp-specialized wgmma kernel, one consumer warpgroup: 12 nodes at 33001), and
-  // 65..256 (29..64 nodes: the warp-specialized kernel, 256 rows over two CTAs); its 64-row
-  // warpgroups see padding rows at 12, 29, 33, 37, 41, 57, 63 nodes. SPECULA_TREE_ATTN runs the same
-  // cases on the other variants (bench/tree_attention_variants.sh).
+  // 17 rows the warp-specialized wgmma kernel ws2s3 with one consumer warpgroup: 12 nodes at
+  // 33001), 65..128 (29, 32 nodes: ws2s3), 129..192 (33..48 nodes: ws3s4, three consumer
+  // warpgroups) and 193..256 (57..64 nodes: ws2s3 over two CTAs); their 64-row warpgroups see
+  // padding rows at 12, 29, 33, 37, 41, 57, 63 nodes. SPECULA_TREE_ATTN runs the same cases on the
+  // other variants (bench/tree_attention_variants.sh).
   for (Case c : {Case{1, 37}, Case{5, 0}, Case{8, 1000}, Case{16, 3001}, Case{29, 7001}, Case{32, 2048},
                  Case{64, 517}, Case{64, 4096}, Case{37, 20011}, Case{64, 30000}, Case{33, 95}, Case{41, 0},
                  Case{48, 1234}, Case{57, 9001}, Case{63, 16003}, Case{64, 65}, Case{12, 33001}}) {
