@@ -594,12 +594,12 @@ size_t variant_smem(const Variant& v, int cta_rows) {
 // Variant choice by query rows a (group, kv head): <= 64 rows (16 nodes at GQA 4), <= 128, <= 192
 // (3 wgmma warpgroups), more (4). SPECULA_TREE_ATTN=<a>,<b>,<c>,<d> overrides them (A/B timing on
 // the device; a shorter list sets the first tiers only).
-constexpr int kLongList = 2048;  // blocks (32K tokens)
+constexpr int kLongList = 768;  // blocks (12K tokens; at 8K, 8-12 nodes ran 3-6% slower on ws2s3)
 struct Choice {
   // m1b4, ws2s3, ws3s4 (129-192 rows in one CTA), ws2s3 (two CTAs of 128 rows; ws3s4's 192 + 64
   // split ran 1.2-1.4x slower) (attention_notes.md, 11-25 session 14). long_tier0 replaces
   // tier 0 for dense lists of kLongList blocks and more when a group has more than 16 rows: ws2s3
-  // there too (8-16 nodes, 32K-128K: 6-11% faster). Sparse lists stay on m1b4: group-union lists
+  // there too (8-16 nodes, 12K-128K: 5-16% faster). Sparse lists stay on m1b4: group-union lists
   // (8 nodes a group at 64K) ran 6-13% slower on ws2s3, and one-node groups (per-query) slower still.
   int tier[4] = {0, 5, 6, 5};
   int long_tier0 = 5;
