@@ -87,8 +87,8 @@ TEST(CudaTreeAttention, DenseMatchesReferenceOnRandomTrees) {
   std::mt19937_64 rng(fresh_seed());
   struct Case { int nodes, prefix; };
   // The long contexts give each CTA several pipeline stages and a partial last one. Row counts
-  // (nodes x 4 q heads a kv head) cover each kernel variant: <= 64 (mma.sync; from 2048 blocks and
-  // 17 rows the warp-specialized wgmma kernel ws2s3 with one consumer warpgroup (from 768 blocks now): 12 nodes at
+  // (nodes x 4 q heads a kv head) cover each kernel variant: <= 64 (mma.sync; from 768 blocks and
+  // 17 rows the warp-specialized wgmma kernel ws2s3 with one consumer warpgroup: 12 nodes at
   // 33001), 65..128 (29, 32 nodes: ws2s3), 129..192 (33..48 nodes: ws3s4, three consumer
   // warpgroups) and 193..256 (57..64 nodes: ws2s3 over two CTAs); their 64-row warpgroups see
   // padding rows at 12, 29, 33, 37, 41, 57, 63 nodes. SPECULA_TREE_ATTN runs the same cases on the
