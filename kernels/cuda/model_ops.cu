@@ -9,6 +9,7 @@
 #include "kernels/cuda/model_ops.h"
 #include "kernels/cuda/paged_kv.cuh"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/prefill_attention.h"
 
 namespace specula::cuda {
 namespace {
@@ -621,6 +622,10 @@ void kv_move_rows_layers(const PagedKvLayer& first, const KvLayerStrides& stride
 void attention_at(const float* q, int64_t ld_q, int64_t T, int64_t n_heads, const PagedKvLayer& kv, const int32_t* step,
                   const uint8_t* mask, float scale, float* out, cudaStream_t stream, const AttentionSplit& split,
                   const uint8_t* block_visible) {
+  // A prefill's many causal rows go to the tensor-core kernel (prefill_attention.h says why).
+  if (!mask && !block_visible && T >= kPrefillMinRows &&
+      prefill_attention(q, ld_q, T, n_heads, kv, step, scale, out, stream))
+    return;
   const dim3 grid(static_cast<unsigned>(n_heads), static_cast<unsigned>(T),
                   static_cast<unsigned>(split.splits > 1 ? split.splits : 1));
   const dim3 block(kAttnWarps * 32);

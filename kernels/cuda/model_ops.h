@@ -142,8 +142,9 @@ struct AttentionSplit {
 AttentionSplit attention_split_for(int64_t max_rows, int64_t head_dim);
 
 // Attention of T new tokens, one (token, query head) per thread block (per split with one),
-// online softmax in f32. q: row t at q + t·ld_q, heads of head_dim. Token t sees KV rows
-// [0, committed) and new rows first_new + j for j allowed by mask (T×T uint8, row-major;
+// online softmax in f32; unmasked launches of kPrefillMinRows rows and more with head_dim 64 or
+// 128 go to prefill_attention (prefill_attention.h: tensor cores, bf16 Q and P). q: row t at q + t·ld_q, heads of
+// head_dim. Token t sees KV rows [0, committed) and new rows first_new + j for j allowed by mask (T×T uint8, row-major;
 // nullptr = causal j ≤ t). out: (T, n_heads·head_dim) f32. head_dim a multiple of 8, ≤ 256.
 // block_visible (sparse verification; nullptr = every committed row): token t sees committed
 // rows of logical block b on KV head h only where block_visible[(t·n_kv_heads + h)·nb + b] != 0,
