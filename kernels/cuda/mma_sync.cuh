@@ -53,4 +53,41 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
+// The online-softmax step of a warp's two rows of a 16-row tile (g and g + 8) over N / 4 8-key
+// n-tiles of scores s, laid out as m16n8 accumulators (row g + 8r, key 8j + 2t + c at
+// s[4j + 2r + c]; masked keys already -inf) with mx the thread's own row maxima over them.
+// Reduces mx over the row's 4 lanes, updates the running max (of the unscaled scores) and sum,
+// turns s into p = 2^(s * scale_log2 - max * scale_log2) in place (one FFMA and one MUFU a score)
+// and sets alpha, the rescale of O's rows. Returns whether this thread's max moved (the caller
+// votes: once the maxima settle, whole warps skip rescaling O).
+template <int N>
+__device__ __forceinline__ bool online_softmax_update(float (&s)[N], float (&mx)[2], float scale_log2,
+                                                      float (&m_run)[2], float (&l_run)[2], float (&alpha)[2]) {
+#pragma unroll
+  for (int x = 1; x <= 2; x *= 2)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], x));
+  bool moved = false;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float m_new = fmaxf(m_run[r], mx[r]);
+    // A row with nothing visible yet keeps max -inf: offset 0, so its -inf scores give p = 0.
+    const float offset = m_new == -INFINITY ? 0.f : m_new * scale_log2;
+    alpha[r] = m_new == m_run[r] ? 1.f : ex2(fmaf(m_run[r], scale_log2, -offset));
+    moved = moved || m_new != m_run[r];
+    m_run[r] = m_new;
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < N / 4; ++j)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        float& x = s[4 * j + 2 * r + c];
+        x = ex2(fmaf(x, scale_log2, -offset));
+        sum += x;
+      }
+    l_run[r] = fmaf(l_run[r], alpha[r], sum);
+  }
+  return moved;
+}
+
 }  // namespace specula::cuda

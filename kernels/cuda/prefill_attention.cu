@@ -131,31 +131,9 @@ __global__ void __launch_bounds__(kWarps * 32)
             mx[r] = fmaxf(mx[r], x);
           }
       }
-#pragma unroll
-      for (int x = 1; x <= 2; x *= 2)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], x));
-      bool moved = false;
       float alpha[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const float m_new = fmaxf(m_run[r], mx[r]);
-        // A row with nothing visible yet keeps max -inf: offset 0, so its -inf scores give p = 0.
-        const float offset = m_new == -INFINITY ? 0.f : m_new * scale_log2;
-        alpha[r] = m_new == m_run[r] ? 1.f : ex2(fmaf(m_run[r], scale_log2, -offset));
-        moved = moved || m_new != m_run[r];
-        m_run[r] = m_new;
-        float sum = 0.f;
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            float& x = s[j][2 * r + c];
-            x = ex2(fmaf(x, scale_log2, -offset));
-            sum += x;
-          }
-        l_run[r] = fmaf(l_run[r], alpha[r], sum);
-      }
+      const bool moved =
+          online_softmax_update(reinterpret_cast<float(&)[32]>(s), mx, scale_log2, m_run, l_run, alpha);
       if (__any_sync(0xffffffffu, moved)) {
 #pragma unroll
         for (int d = 0; d < D / 8; ++d) {

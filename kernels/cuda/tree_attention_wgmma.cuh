@@ -148,31 +148,7 @@ __device__ __forceinline__ bool softmax_step(float (&s)[NBS * 8], const KernelAr
       }
     }
   }
-#pragma unroll
-  for (int x = 1; x <= 2; x *= 2)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], x));
-  bool moved = false;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const float m_new = fmaxf(m_run[r], mx[r]);
-    // A row with nothing visible yet keeps max -inf: offset 0, so its -inf scores give p = 0.
-    const float offset = m_new == -INFINITY ? 0.f : m_new * a.scale_log2;
-    alpha[r] = m_new == m_run[r] ? 1.f : ex2(fmaf(m_run[r], a.scale_log2, -offset));
-    moved = moved || m_new != m_run[r];
-    m_run[r] = m_new;
-    float sum = 0.f;
-#pragma unroll
-    for (int j = 0; j < 2 * NBS; ++j) {
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        float& x = s[4 * j + 2 * r + c];
-        x = ex2(fmaf(x, a.scale_log2, -offset));
-        sum += x;
-      }
-    }
-    l_run[r] = fmaf(l_run[r], alpha[r], sum);
-  }
+  const bool moved = online_softmax_update(s, mx, a.scale_log2, m_run, l_run, alpha);
   return __any_sync(0xffffffffu, moved);
 }
 
