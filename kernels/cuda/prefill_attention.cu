@@ -132,8 +132,7 @@ __global__ void __launch_bounds__(kWarps * 32)
           }
       }
       float alpha[2];
-      const bool moved =
-          online_softmax_update(reinterpret_cast<float(&)[32]>(s), mx, scale_log2, m_run, l_run, alpha);
+      const bool moved = online_softmax_update(reinterpret_cast<float(&)[32]>(s), mx, scale_log2, m_run, l_run, alpha);
       if (__any_sync(0xffffffffu, moved)) {
 #pragma unroll
         for (int d = 0; d < D / 8; ++d) {

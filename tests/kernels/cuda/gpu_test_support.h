@@ -69,6 +69,28 @@ std::vector<T> download(const T* d, size_t n) {
   return h;
 }
 
+// Double reference of one attention row: query q (hd floats) over the cache rows `rows`, whose
+// key and value heads sit in `all` at all[r * ld + k_col] and all[r * ld + v_col] (rounded to bf16,
+// as the cache holds them); scores scaled by `scale`. Returns hd doubles.
+inline std::vector<double> reference_attention_row(const float* q, int64_t hd, double scale,
+                                                   const std::vector<int64_t>& rows, const std::vector<float>& all,
+                                                   int64_t ld, int64_t k_col, int64_t v_col) {
+  auto bf = [](float v) { return static_cast<double>(__bfloat162float(__float2bfloat16_rn(v))); };
+  std::vector<double> s(rows.size());
+  for (size_t n = 0; n < rows.size(); ++n) {
+    double d = 0;
+    for (int64_t k = 0; k < hd; ++k) d += double(q[k]) * bf(all[rows[n] * ld + k_col + k]);
+    s[n] = d * scale;
+  }
+  const double m = *std::max_element(s.begin(), s.end());
+  double z = 0;
+  for (auto& v : s) z += (v = std::exp(v - m));
+  std::vector<double> out(hd, 0.0);
+  for (size_t n = 0; n < rows.size(); ++n)
+    for (int64_t k = 0; k < hd; ++k) out[k] += s[n] / z * bf(all[rows[n] * ld + v_col + k]);
+  return out;
+}
+
 // A paged KV layer on the device: `blocks` blocks of B rows for kv_heads heads of hd, the given
 // block table, every key and value set to `fill` and the block min/max to `meta_fill` (bf16
 // bits; NaN by default, so a row read before it is written shows). Freed with the object.

@@ -165,28 +165,20 @@ TEST_F(ModelOpsTest, PagedAppendMinMaxAndMaskedAttentionMatchCpu) {
     for (int64_t t = 0; t < T; ++t)
       for (int64_t h = 0; h < heads; ++h) {
         const int64_t g = h / group;
-        std::vector<double> s;
         std::vector<int64_t> idx;
         for (int64_t r = 0; r < committed + T; ++r) {
           if (r >= committed) {
             const int64_t j = r - committed;
             if (use_mask ? !mask[t * T + j] : j > t) continue;
           }
-          double d = 0;
-          for (int64_t k = 0; k < hd; ++k)
-            d += double(all[(committed + t) * ld + h * hd + k]) * scale * bf_round(all[r * ld + qd + g * hd + k]);
-          s.push_back(d);
           idx.push_back(r);
         }
-        const double m = *std::max_element(s.begin(), s.end());
-        double z = 0;
-        for (auto& v : s) z += (v = std::exp(v - m));
+        const auto ref = testing::reference_attention_row(&all[(committed + t) * ld + h * hd], hd, scale, idx, all, ld,
+                                                          qd + g * hd, qd + kvd + g * hd);
         for (int64_t k = 0; k < hd; ++k) {
-          double ref = 0;
-          for (size_t n = 0; n < s.size(); ++n) ref += s[n] / z * bf_round(all[idx[n] * ld + qd + kvd + g * hd + k]);
           const double got = out[t * qd + h * hd + k];
-          num += (got - ref) * (got - ref);
-          den += ref * ref;
+          num += (got - ref[k]) * (got - ref[k]);
+          den += ref[k] * ref[k];
         }
       }
     const double err = std::sqrt(num / den);

@@ -20,8 +20,6 @@
 namespace specula::cuda {
 namespace {
 
-float bf_round(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
-
 using testing::download;
 using testing::upload;
 
@@ -72,23 +70,13 @@ TEST_F(PrefillAttentionTest, CausalRowsMatchCpu) {
           std::vector<int64_t> idx;
           for (int64_t r = 0; r < c.committed; ++r) idx.push_back(r);
           for (int64_t j = 0; j <= t; ++j) idx.push_back(first_new + j);
-          std::vector<double> s(idx.size());
-          for (size_t n = 0; n < idx.size(); ++n) {
-            double d = 0;
-            for (int64_t k = 0; k < hd; ++k)
-              d += double(all[(first_new + t) * ld + h * hd + k]) * bf_round(all[idx[n] * ld + qd + g * hd + k]);
-            s[n] = d * scale;
-          }
-          const double m = *std::max_element(s.begin(), s.end());
-          double z = 0;
-          for (auto& v : s) z += (v = std::exp(v - m));
+          const auto ref = testing::reference_attention_row(&all[(first_new + t) * ld + h * hd], hd, scale, idx, all,
+                                                            ld, qd + g * hd, qd + kvd + g * hd);
           for (int64_t k = 0; k < hd; ++k) {
-            double ref = 0;
-            for (size_t n = 0; n < s.size(); ++n) ref += s[n] / z * bf_round(all[idx[n] * ld + qd + kvd + g * hd + k]);
             const double got = out[t * qd + h * hd + k];
             ASSERT_TRUE(std::isfinite(got)) << "row " << t << " head " << h << " dim " << k;
-            num += (got - ref) * (got - ref);
-            den += ref * ref;
+            num += (got - ref[k]) * (got - ref[k]);
+            den += ref[k] * ref[k];
           }
         }
       const double err = std::sqrt(num / den);
