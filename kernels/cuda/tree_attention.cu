@@ -5,6 +5,8 @@
 // load: warp w owns MT 16-row tiles and runs QK^T and PV on the tensor cores (mma.sync m16n8k16
 // bf16, f32 accumulate; K and V fragments through ldmatrix, shared by the warp's MT tiles), with
 // the online softmax in registers, once per stage of NB x 16 keys. A second kernel merges the chunks.
+// That mma.sync kernel serves groups of up to 64 query rows; wider groups and long dense lists run
+// the warp-specialized wgmma kernels of tree_attention_ws.cuh (Choice below has the tiers).
 // Hand-written rather than CUTLASS/FlashInfer: neither is a Debian package, and the tree mask plus
 // per-node block membership is not an option of theirs.
 #include <cuda.h>          // CUtensorMap (the wgmma tier's producer/consumer variant)
