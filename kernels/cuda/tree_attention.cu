@@ -507,7 +507,7 @@ __global__ void __launch_bounds__(kMergeWarps * 32)
 
 // The wgmma kernels: a fragment of this file's anonymous namespace (it uses KernelArgs and the helpers above).
 #include "kernels/cuda/tree_attention_wgmma.cuh"  // NOLINT(build/include)
-// The warp-specialized wgmma kernel (128-key stages, a producer warp): a fragment of the same kind.
+// The warp-specialized wgmma kernels (a TMA producer warpgroup, setmaxnreg): a fragment of the same kind.
 #include "kernels/cuda/tree_attention_ws.cuh"  // NOLINT(build/include)
 
 // One compiled configuration of the chunk kernel.
@@ -530,7 +530,7 @@ constexpr Variant kVariants[] = {
     // wgmma with one producer (TMA loads on full/empty mbarriers, no CTA barrier in the loop): S slots.
     {"wg4p4", 1, wg::kNB, 4, 16, true, nullptr, 4, tree_attention_wgmma_tma_kernel<4, 4>},
     // warp-specialized (tree_attention_ws.cuh): 2 consumer warpgroups, 128-key stages, 3 slots (2
-    // slots lost 0-65% at 48-64 nodes: attention_notes.md, 11-25 session 14).
+    // slots ran 1.3-1.8x slower at 48-64 nodes: attention_notes.md, 11-25 session 14).
     {"ws2s3", 1, 8, 3, 8, true, nullptr, 2, tree_attention_ws_kernel<2, 8, 3>, ws::kProducerWarps},
     // 3 consumer warpgroups (192 rows: 48 nodes in one CTA), 64-key stages, 4 slots.
     {"ws3s4", 1, 4, 4, 12, true, nullptr, 3, tree_attention_ws_kernel<3, 4, 4>, ws::kProducerWarps},
@@ -550,15 +550,15 @@ size_t variant_smem(const Variant& v, int cta_rows) {
   return (stages + 15) / 16 * 16 + (v.qs ? size_t(cta_rows) * kRowPad * sizeof(__nv_bfloat16) : 0);
 }
 
-// Variant choice by query rows a (group, kv head): <= 64 rows (16 nodes at GQA 4), <= 128, <= 192
-// (3 wgmma warpgroups), more (4). SPECULA_TREE_ATTN=<a>,<b>,<c>,<d> overrides them (A/B timing on
-// the device; a shorter list sets the first tiers only).
+// Variant choice by query rows a (group, kv head): <= 64 rows (16 nodes at GQA 4), <= 128, <= 192,
+// more (up to 256). SPECULA_TREE_ATTN=<a>,<b>,<c>,<d> overrides them (A/B timing on the device; a
+// shorter list sets the first tiers only).
 constexpr int kLongList = 768;  // blocks (12K tokens; at 8K, 8-12 nodes ran 3-6% slower on ws2s3)
 struct Choice {
   // m1b4, ws2s3, ws3s4 (129-192 rows in one CTA), ws2s3 (two CTAs of 128 rows; ws3s4's 192 + 64
-  // split ran 1.2-1.4x slower) (attention_notes.md, 11-25 session 14). long_tier0 replaces
+  // split ran 1.05-1.4x slower) (attention_notes.md, 11-25 session 14). long_tier0 replaces
   // tier 0 for dense lists of kLongList blocks and more when a group has more than 16 rows: ws2s3
-  // there too (8-16 nodes, 12K-128K: 5-16% faster). Sparse lists stay on m1b4: group-union lists
+  // there too (8-16 nodes, 12K-128K: 4-16% faster). Sparse lists stay on m1b4: group-union lists
   // (8 nodes a group at 64K) ran 6-13% slower on ws2s3, and one-node groups (per-query) slower still.
   int tier[4] = {0, 5, 6, 5};
   int long_tier0 = 5;
