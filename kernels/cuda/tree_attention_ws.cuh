@@ -1,4 +1,4 @@
-// The warp-specialized wgmma tier of tree_attention.cu (variants ws2sS), shaped after
+// The warp-specialized wgmma tiers of tree_attention.cu (variants ws2s3 and ws3s4), shaped after
 // FlashAttention-3's forward kernel. Included by tree_attention.cu only, after
 // tree_attention_wgmma.cuh (it uses wg::'s descriptors, softmax step, TMA and mbarrier helpers):
 // not a standalone header.
@@ -8,8 +8,8 @@
 // reads K four times from shared memory for Q K^T (both operands there: 4 KB per m64n64k16, about
 // the tensor core's own time at 128 B/clock) and every warp's softmax leaves the tensor pipe idle
 // unless another warpgroup happens to be in its MMAs (ncu at 64 nodes: tensor pipe 38% busy).
-// Here a CTA has 2 consumer warpgroups (128 rows; 256 rows take 2 CTAs over the same chunk, whose
-// second read of the K/V comes mostly from L2) and one producer warp, over 128-key stages:
+// Here a CTA of ws2s3 has 2 consumer warpgroups (128 rows; 256 rows take 2 CTAs over the same
+// chunk, whose second read of the K/V comes from L2) and a producer warpgroup, over 128-key stages:
 //   - Q K^T is m64n128k16 (6 KB of operands per 262K MACs instead of 4 KB per 131K);
 //   - a consumer thread's 232 registers hold O, the next stage's S and the current P at once, so
 //     stage st's Q K^T and stage st-1's P V are issued together and stage st's softmax runs while
@@ -20,6 +20,8 @@
 //     serializes the MMAs;
 //   - lanes 0..7 of the producer warpgroup's first warp load a stage's 8 blocks with TMA into a
 //     ring guarded by full/empty mbarriers (wg4p4's scheme, 8 blocks a stage).
+// ws3s4 has 3 consumer warpgroups (192 rows in one CTA) at 152 registers, which hold S and P of
+// 64-key stages only (4 blocks, 4 slots); the pipeline is the same.
 #pragma once
 
 namespace ws {
@@ -28,6 +30,7 @@ constexpr int kProducerWarps = 4;  // one warpgroup, after the consumers
 constexpr int kProducerRegs = 40;
 // A consumer thread's registers with WG consumer warpgroups: an SM sub-partition's 16K registers
 // hold one producer warp and WG consumer warps, 32 lanes each (2 -> 232, 3 -> 152), in steps of 8.
+// (Each sub-partition runs one warp of every warpgroup.)
 __host__ __device__ constexpr int consumer_regs(int wg) { return (16384 / 32 - kProducerRegs) / wg / 8 * 8; }
 
 template <int N>
