@@ -12,8 +12,9 @@
 
 namespace specula::cuda {
 
-// Fewer rows stay on attention_at's kernel: verifies (up to 64 tree nodes) keep their bits, and
-// a short prompt has too few row tiles to fill the GPU.
+// Fewer rows stay on attention_at's kernel: a short prompt has too few row tiles to fill the GPU,
+// and verifies keep their kernel (a tree verify is masked and never comes here; a chain of up to
+// 63 drafts has at most 64 rows; the one 64-draft chain, 65 rows, does come here).
 constexpr int64_t kPrefillMinRows = 65;
 
 // Row t of T (query at q + t * ld_q, n_heads heads of kv.head_dim) sees KV rows [0, committed)
