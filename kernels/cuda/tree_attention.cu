@@ -86,6 +86,19 @@ __device__ __forceinline__ void fetch_entry(const KernelArgs& a, const ChunkRang
   if (a.list_blocks && want_members) members = a.list_members[r.list_base + r.begin + entry];
 }
 
+// A stage's logical block ids (-1: absent) from its slot's metadata, and whether the stage is
+// whole: every block present, wholly in the committed prefix, of a dense list, so no key needs a
+// mask (block presence, sparse membership, context end, tree ancestors).
+template <int NB>
+__device__ __forceinline__ bool read_stage(const KernelArgs& a, const int32_t* slot_logical, int (&logical)[NB]) {
+#pragma unroll
+  for (int b = 0; b < NB; ++b) logical[b] = slot_logical[b];
+  bool whole = a.list_blocks == nullptr;
+#pragma unroll
+  for (int b = 0; b < NB; ++b) whole = whole && logical[b] >= 0 && (logical[b] + 1) * B <= a.prefix_len;
+  return whole;
+}
+
 // MT: 16-row tiles per warp (B fragments shared by them); NB: KV blocks per pipeline stage (one
 // barrier per stage); NBC: blocks per softmax update (NB / NBC updates a stage; fewer live S
 // registers); STAGES: stages in the ring (STAGES - 1 in flight); WARPS: most warps a CTA may have
@@ -225,15 +238,9 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
 
     const int slot = st % STAGES;
     int logical[NB];
-#pragma unroll
-    for (int b = 0; b < NB; ++b) logical[b] = meta_logical[slot * NB + b];
-    // Dense stage of whole prefix blocks: no per-key mask. Otherwise: block presence, membership
-    // (sparse lists), context end, tree ancestors.
-    bool whole = a.list_blocks == nullptr;
-#pragma unroll
-    for (int b = 0; b < NB; ++b) whole = whole && logical[b] >= 0 && (logical[b] + 1) * B <= a.prefix_len;
+    const bool whole = read_stage(a, meta_logical + slot * NB, logical);
 
-      // The stage's blocks in steps of NBC: QK^T, one softmax update, PV per step.
+    // The stage's blocks in steps of NBC: QK^T, one softmax update, PV per step.
 #pragma unroll
     for (int b0 = 0; b0 < NB; b0 += NBC) {
       // S = Q K^T (unscaled): per tile, 16 rows x NBC*16 keys as 2*NBC n-tiles of 8 keys.

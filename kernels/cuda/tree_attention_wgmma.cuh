@@ -180,11 +180,7 @@ __device__ __forceinline__ void stage_compute(const KernelArgs& a, uint64_t q_de
                                               float (&o)[64]) {
   constexpr uint32_t kv_half = kKeys * 64 * 2 >> 4, v_block = B * 64 * 2 >> 4;  // 64 dims; 16 keys of V
   int logical[kNB];
-#pragma unroll
-  for (int b = 0; b < kNB; ++b) logical[b] = meta_logical[b];
-  bool whole = a.list_blocks == nullptr;
-#pragma unroll
-  for (int b = 0; b < kNB; ++b) whole = whole && logical[b] >= 0 && (logical[b] + 1) * B <= a.prefix_len;
+  const bool whole = read_stage(a, meta_logical, logical);
   float alpha[2];
   // S = Q K^T (unscaled), 64 rows x 64 keys a warpgroup: 8 k steps of 16 dims.
   float s[32];
@@ -369,11 +365,7 @@ __global__ void __launch_bounds__(WG * 128, MINB) tree_attention_wgmma_kernel(Ke
     // slower at 128K / 64 nodes (kernels/cuda/attention_notes.md, 11-25), so the text stays.
     const int slot = st % STAGES;
     int logical[NB];
-#pragma unroll
-    for (int b = 0; b < NB; ++b) logical[b] = meta_logical[slot * NB + b];
-    bool whole = a.list_blocks == nullptr;
-#pragma unroll
-    for (int b = 0; b < NB; ++b) whole = whole && logical[b] >= 0 && (logical[b] + 1) * B <= a.prefix_len;
+    const bool whole = read_stage(a, meta_logical + slot * NB, logical);
 
     const uint64_t* members = meta_members + slot * NB;
     const uint64_t k_st = k_desc + slot * stage, v_st = v_desc + slot * stage;

@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(WG * 128 + 32 * ws::kProducerWarps, 1)
   auto* meta_logical = reinterpret_cast<int32_t*>(meta_members + STAGES * NB);  // [STAGES][NB], -1: none
   auto* full = reinterpret_cast<uint64_t*>((reinterpret_cast<uintptr_t>(meta_logical + STAGES * NB) + 7) / 8 *
                                            8);  // [STAGES]: the slot is loaded
-  uint64_t* empty = full + STAGES;              // [STAGES]: every consumer warp is done with the slot
+  uint64_t* empty = full + STAGES;              // [STAGES]: every consumer thread is done with the slot
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int consumer_warps = blockDim.x / 32 - ws::kProducerWarps;
@@ -225,11 +225,7 @@ __global__ void __launch_bounds__(WG * 128 + 32 * ws::kProducerWarps, 1)
   // The online softmax of s (masks from the slot's metadata); returns whether O needs alpha.
   auto softmax = [&](int slot) {
     int logical[NB];
-#pragma unroll
-    for (int b = 0; b < NB; ++b) logical[b] = meta_logical[slot * NB + b];
-    bool whole = a.list_blocks == nullptr;
-#pragma unroll
-    for (int b = 0; b < NB; ++b) whole = whole && logical[b] >= 0 && (logical[b] + 1) * B <= a.prefix_len;
+    const bool whole = read_stage(a, meta_logical + slot * NB, logical);
     return softmax_step<NB>(s, a, logical, meta_members + slot * NB, whole, row_node, t, m_run, l_run, alpha);
   };
   auto pack = [&] {
