@@ -463,6 +463,28 @@ __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, int 
       : "memory");
 }
 
+// One producer lane's block of a stage (used by wg4pS and tree_attention_ws.cuh): its metadata into
+// the slot's, its bytes announced on the slot's `full` barrier, and its K and V as 4 TMA boxes (two
+// 64-dim halves, 16 keys each) at key offset `lane` x 16 of the slot's [2][keys][64] tiles. An
+// absent block (logical < 0) loads from row -B, wholly outside the map: zeros, bytes still counted.
+__device__ __forceinline__ void produce_block(const KernelArgs& a, int kvh, int lane, int keys, int logical, int phys,
+                                              uint64_t members, __nv_bfloat16* k_slot, __nv_bfloat16* v_slot,
+                                              int32_t* slot_logical, uint64_t* slot_members, uint64_t* full,
+                                              const CUtensorMap* k_map, const CUtensorMap* v_map) {
+  constexpr uint32_t kBlockBytes = 2 * B * D * 2;  // K and V of one block, one kv head
+  slot_logical[lane] = logical;
+  slot_members[lane] = members;
+  mbar_arrive_expect_tx(full, kBlockBytes);
+  const int row = logical >= 0 ? (phys * a.kv_heads + kvh) * B : -B;
+  __nv_bfloat16* kd = k_slot + lane * B * 64;
+  __nv_bfloat16* vd = v_slot + lane * B * 64;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    tma_load(kd + h * keys * 64, k_map, h * 64, row, full);
+    tma_load(vd + h * keys * 64, v_map, h * 64, row, full);
+  }
+}
+
 // Shared memory of the producer/consumer kernel: the ring, Q and metadata as above, then a full
 // and an empty mbarrier a slot.
 constexpr size_t smem_bytes_tma(int stages, int cta_rows) {
@@ -521,19 +543,10 @@ __global__ void __launch_bounds__(WG * 128, 1)
   };
   // Stage st into its slot (the caller has waited for the slot to be empty).
   auto produce = [&](int st) {
-    constexpr uint32_t kBlockBytes = 2 * B * D * 2;  // K and V of one block, one kv head
     const int slot = st % STAGES;
-    meta_logical[slot * NB + lane] = next_logical;
-    meta_members[slot * NB + lane] = next_members;
-    mbar_arrive_expect_tx(&full[slot], kBlockBytes);
-    const int row = next_logical >= 0 ? (next_phys * a.kv_heads + kvh) * B : -B;
-    __nv_bfloat16* kd = ks + slot * kStageElems + lane * B * 64;
-    __nv_bfloat16* vd = vs + slot * kStageElems + lane * B * 64;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      tma_load(kd + h * kKeys * 64, &k_map, h * 64, row, &full[slot]);
-      tma_load(vd + h * kKeys * 64, &v_map, h * 64, row, &full[slot]);
-    }
+    produce_block(a, kvh, lane, kKeys, next_logical, next_phys, next_members, ks + slot * kStageElems,
+                  vs + slot * kStageElems, meta_logical + slot * NB, meta_members + slot * NB, &full[slot], &k_map,
+                  &v_map);
     fetch(st + 1);
   };
 

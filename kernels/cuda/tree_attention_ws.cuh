@@ -155,21 +155,11 @@ __global__ void __launch_bounds__(WG * 128 + 32 * ws::kProducerWarps, 1)
     };
     fetch(0);
     for (int st = 0; st < n_stages; ++st) {
-      constexpr uint32_t kBlockBytes = 2 * B * D * 2;  // K and V of one block, one kv head
       const int slot = st % STAGES;
       if (st >= STAGES) mbar_wait(&empty[slot], (st / STAGES - 1) & 1);
-      meta_logical[slot * NB + lane] = next_logical;
-      meta_members[slot * NB + lane] = next_members;
-      mbar_arrive_expect_tx(&full[slot], kBlockBytes);
-      // Absent blocks load from row -B, wholly outside the map: zeros, bytes still counted.
-      const int row = next_logical >= 0 ? (next_phys * a.kv_heads + kvh) * B : -B;
-      __nv_bfloat16* kd = ks + slot * kStageElems + lane * B * 64;
-      __nv_bfloat16* vd = vs + slot * kStageElems + lane * B * 64;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        tma_load(kd + h * kKeys * 64, &k_map, h * 64, row, &full[slot]);
-        tma_load(vd + h * kKeys * 64, &v_map, h * 64, row, &full[slot]);
-      }
+      produce_block(a, kvh, lane, kKeys, next_logical, next_phys, next_members, ks + slot * kStageElems,
+                    vs + slot * kStageElems, meta_logical + slot * NB, meta_members + slot * NB, &full[slot], &k_map,
+                    &v_map);
       fetch(st + 1);
     }
     return;
