@@ -51,7 +51,7 @@ int run_generate_on_backend(const GenerateArgs& args) {
   const auto path = resolve_model_path(args.model);
   auto model = load_model(path);
   if (!model) return fail(model.error().message);
-  if (!explicit_cuda && !cuda_backend_supports(model->config)) return kUseCpuGenerate;  // auto: MoE runs on the CPU
+  if (!explicit_cuda && !cuda_backend_supports(model->config)) return kUseCpuGenerate;  // auto: shapes the GPU lacks run on the CPU
   std::string prompt_str = *text;
   if (args.chat) {
     const ChatMessage user{"user", prompt_str};

@@ -209,8 +209,8 @@ std::string quoted_token(const Model& m, int32_t id) {
 }
 
 // The backend a speculative engine runs on: --backend, where auto means the GPU when one is
-// present and the run needs nothing only the CPU has (int8 activations, MoE skipping
-// or exact scoring, a model family the CUDA backend lacks).
+// present and the run needs nothing only the CPU has (int8 activations, exact scoring, a
+// model shape the CUDA backend lacks).
 Expected<std::unique_ptr<TransformerBackend>> engine_backend(const std::string& kind, const Model& model, int threads,
                                                              Precision precision, const SparseConfig& sparse) {
   const bool cpu_only =
@@ -223,9 +223,9 @@ Expected<std::unique_ptr<TransformerBackend>> engine_backend(const std::string& 
           "--precision int8 is a CPU option (the CUDA backend computes in bf16 and f32); use --backend cpu");
     }
     if (auto ok = cuda_sparse_supported(sparse); !ok) return ok.error();
-    if (!cuda_backend_supports(model.config)) {
-      return make_error("the CUDA backend does not run " + model.config.architecture +
-                        " models of this kind (MoE, q/k norms, attention biases or clipping); use --backend cpu");
+    if (const std::string why = cuda_backend_unsupported(model.config); !why.empty()) {
+      return make_error("the CUDA backend does not run this " + model.config.architecture + " model (" + why +
+                        "); use --backend cpu");
     }
   }
   BackendOptions options;

@@ -1,6 +1,8 @@
 #include "engine/backend/cuda_backend.h"
 
 #include <string>
+
+#include "kernels/cuda/moe.h"  // its shape limits (plain C++, also without CUDA)
 #include <utility>
 #include <vector>
 
@@ -21,16 +23,32 @@
 
 namespace specula {
 
-bool cuda_backend_supports(const ModelConfig& c) {
-  return !c.is_moe() && c.qk_norm == QkNorm::None && !c.qkv_bias && !c.output_bias && c.clip_qkv == 0.0f &&
-         c.head_dim % 8 == 0 && c.head_dim <= 256;  // kernels/cuda/model_ops.h: attention_at
+std::string cuda_backend_unsupported(const ModelConfig& c) {
+  // kernels/cuda/model_ops.h: attention_at.
+  if (c.head_dim % 8 != 0 || c.head_dim > 256) {
+    return "head_dim " + std::to_string(c.head_dim) + " (a multiple of 8 up to 256 only)";
+  }
+  if (!c.is_moe()) return "";
+  // kernels/cuda/moe.h: moe_ffn's checks.
+  if (c.dim % 8 != 0 || c.expert_ffn_dim < 8 || c.expert_ffn_dim % 8 != 0 || c.shared_expert_ffn_dim % 8 != 0) {
+    return "MoE widths dim " + std::to_string(c.dim) + ", expert FFN " + std::to_string(c.expert_ffn_dim) +
+           ", shared expert FFN " + std::to_string(c.shared_expert_ffn_dim) + " (multiples of 8 only)";
+  }
+  if (c.n_experts > cuda::kMoeMaxExperts || c.n_experts_used < 1 || c.n_experts_used > c.n_experts ||
+      c.n_experts_used > cuda::kMoeMaxTopK) {
+    return "MoE routing of top-" + std::to_string(c.n_experts_used) + " of " + std::to_string(c.n_experts) +
+           " experts (at most " + std::to_string(cuda::kMoeMaxExperts) + " experts, top-k at most " +
+           std::to_string(cuda::kMoeMaxTopK) + ")";
+  }
+  return "";
 }
+
+bool cuda_backend_supports(const ModelConfig& c) { return cuda_backend_unsupported(c).empty(); }
 
 Status cuda_sparse_supported(const SparseConfig& c) {
   const auto refuse = [](const std::string& option) {
     return make_error("sparse verification on the CUDA backend does not support " + option + "; use --backend cpu");
   };
-  if (c.moe || c.moe_skip_budget > 0) return refuse("MoE expert skipping (moe, moe_skip_budget)");
   if (c.scoring != "quest") return refuse("scoring \"" + c.scoring + "\" (only \"quest\")");
   if (c.group_score != "logit-sum") return refuse("group_score \"" + c.group_score + "\" (only \"logit-sum\")");
   if (c.successor_blocks != 0) return refuse("successor_blocks " + std::to_string(c.successor_blocks) + " (only 0)");
@@ -52,6 +70,12 @@ Expected<ModelConfig> synthetic_config(const std::string& name) {
     int64_t layers, dim, heads, kv_heads, head_dim, ffn, vocab, context;
     float rope_theta;
     bool tied, adjacent;
+    // MoE shapes: experts, top-k, expert and shared-expert widths, renormalized top-k, q/k norm,
+    // q/k/v biases; 0 / false / None for dense ones.
+    int64_t experts = 0, top_k = 0, expert_ffn = 0, shared_ffn = 0;
+    bool norm_topk = false;
+    QkNorm qk_norm = QkNorm::None;
+    bool qkv_bias = false;
   };
   static constexpr Shape kShapes[] = {
       {"llama-3.1-8b", 32, 4096, 32, 8, 128, 14336, 128256, 131072, 500000.0f, false, false},
@@ -60,13 +84,23 @@ Expected<ModelConfig> synthetic_config(const std::string& name) {
       // 811 GB: more than any one GPU holds
       {"llama-3.1-405b", 126, 16384, 128, 8, 128, 53248, 128256, 131072, 500000.0f, false, false},
       {"smollm2-135m", 30, 576, 9, 3, 64, 1536, 49152, 8192, 100000.0f, true, true},
+      // MoE: Mixtral-8x7B-v0.1 (93 GB of bf16: an H200 holds it, an H100 does not), Qwen1.5-MoE-A2.7B
+      // (60 experts + a shared expert, q/k/v biases), OLMoE-1B-7B-0924 (64 experts, q/k norms over
+      // the whole projection).
+      {"mixtral-8x7b", 32, 4096, 32, 8, 128, 0, 32000, 32768, 1000000.0f, false, false, 8, 2, 14336, 0, true},
+      {"qwen1.5-moe-a2.7b", 24, 2048, 16, 16, 128, 0, 151936, 8192, 1000000.0f, false, false, 60, 4, 1408, 5632,
+       false, QkNorm::None, true},
+      {"olmoe-1b-7b", 16, 2048, 16, 16, 128, 0, 50304, 4096, 10000.0f, false, false, 64, 8, 1024, 0, false,
+       QkNorm::Full},
   };
   std::string known;
   for (const Shape& s : kShapes) {
     known += (known.empty() ? "" : ", ") + std::string(s.name);
     if (name != s.name) continue;
     ModelConfig c;
-    c.architecture = "llama";
+    c.architecture = s.experts == 0 ? "llama" : name.rfind("mixtral", 0) == 0 ? "mixtral"
+                                            : name.rfind("qwen", 0) == 0      ? "qwen2_moe"
+                                                                              : "olmoe";
     c.name = "synthetic " + name + " (random bf16 weights)";
     c.n_layers = s.layers;
     c.dim = s.dim;
@@ -80,6 +114,13 @@ Expected<ModelConfig> synthetic_config(const std::string& name) {
     c.rms_eps = 1e-5f;
     c.tied_embeddings = s.tied;
     c.rope_style = s.adjacent ? RopeStyle::AdjacentPairs : RopeStyle::HalfSplit;
+    c.n_experts = s.experts;
+    c.n_experts_used = s.top_k;
+    c.expert_ffn_dim = s.expert_ffn;
+    c.shared_expert_ffn_dim = s.shared_ffn;
+    c.norm_topk_prob = s.norm_topk;
+    c.qk_norm = s.qk_norm;
+    c.qkv_bias = s.qkv_bias;
     return c;
   }
   return make_error("--synthetic: unknown shape '" + name + "' (known: " + known + ")");
@@ -148,7 +189,10 @@ Status CudaBackend::Impl::init(int dev) {
 }
 
 uint64_t CudaBackend::Impl::weight_bytes_needed() const {
-  const uint64_t per_layer = 2 * (qkv_dim() * cfg.dim + cfg.dim * q_dim() + 3 * cfg.ffn_dim * cfg.dim) + 8 * cfg.dim;
+  const uint64_t ffn = cfg.is_moe() ? cfg.n_experts * (1 + 3 * cfg.expert_ffn_dim) + 3 * cfg.shared_expert_ffn_dim
+                                    : 3 * cfg.ffn_dim;
+  const uint64_t per_layer = 2 * (qkv_dim() * cfg.dim + cfg.dim * q_dim() + ffn * cfg.dim) + 8 * cfg.dim +
+                             4 * (qkv_dim() + 2 * cfg.dim + q_dim() + kv_dim());  // at most: extras, shared gate
   uint64_t total = cfg.n_layers * per_layer + 2ull * cfg.vocab_size * cfg.dim + 4 * cfg.dim;
   if (!cfg.tied_embeddings) total += 2ull * cfg.vocab_size * cfg.dim;
   return total;
@@ -173,8 +217,31 @@ Status CudaBackend::Impl::allocate_weights() {
     if (auto ok = L.ffn_norm.allocate(cfg.dim, "ffn_norm"); !ok) return ok;
     if (auto ok = L.qkv.allocate(qkv_dim() * cfg.dim, "wqkv"); !ok) return ok;
     if (auto ok = L.wo.allocate(cfg.dim * q_dim(), "wo"); !ok) return ok;
-    if (auto ok = L.gate_up.allocate(2 * cfg.ffn_dim * cfg.dim, "w_gate_up"); !ok) return ok;
-    if (auto ok = L.down.allocate(cfg.dim * cfg.ffn_dim, "w_down"); !ok) return ok;
+    if (cfg.is_moe()) {
+      const int64_t E = cfg.n_experts, F = cfg.expert_ffn_dim, S = cfg.shared_expert_ffn_dim;
+      if (auto ok = L.router.allocate(E * cfg.dim, "ffn_gate_inp"); !ok) return ok;
+      if (auto ok = L.experts_gate_up.allocate(E * 2 * F * cfg.dim, "ffn_gate_up_exps"); !ok) return ok;
+      if (auto ok = L.experts_down.allocate(E * cfg.dim * F, "ffn_down_exps"); !ok) return ok;
+      if (S > 0) {
+        if (auto ok = L.shared_gate_up.allocate(2 * S * cfg.dim, "ffn_gate_up_shexp"); !ok) return ok;
+        if (auto ok = L.shared_down.allocate(cfg.dim * S, "ffn_down_shexp"); !ok) return ok;
+        if (auto ok = L.shared_gate.allocate(cfg.dim, "ffn_gate_inp_shexp"); !ok) return ok;
+      }
+    } else {
+      if (auto ok = L.gate_up.allocate(2 * cfg.ffn_dim * cfg.dim, "w_gate_up"); !ok) return ok;
+      if (auto ok = L.down.allocate(cfg.dim * cfg.ffn_dim, "w_down"); !ok) return ok;
+    }
+    if (cfg.qkv_bias) {
+      if (auto ok = L.qkv_bias.allocate(qkv_dim(), "attn_qkv bias"); !ok) return ok;
+    }
+    if (cfg.output_bias) {
+      if (auto ok = L.o_bias.allocate(cfg.dim, "attn_output bias"); !ok) return ok;
+    }
+    if (cfg.qk_norm != QkNorm::None) {
+      const bool per_head = cfg.qk_norm == QkNorm::PerHead;
+      if (auto ok = L.q_norm.allocate(per_head ? cfg.head_dim : q_dim(), "attn_q_norm"); !ok) return ok;
+      if (auto ok = L.k_norm.allocate(per_head ? cfg.head_dim : kv_dim(), "attn_k_norm"); !ok) return ok;
+    }
   }
   if (auto ok = embd.allocate(cfg.vocab_size * cfg.dim, "token_embd"); !ok) return ok;
   if (auto ok = output_norm.allocate(cfg.dim, "output_norm"); !ok) return ok;
@@ -184,10 +251,11 @@ Status CudaBackend::Impl::allocate_weights() {
   } else {
     output = embd.get();
   }
+  // The bytes one decode token reads: an MoE layer's router, top-k experts and shared expert.
   weight_bytes = 0;
   for (const auto& L : layers) {
-    weight_bytes +=
-        L.attn_norm.bytes() + L.ffn_norm.bytes() + L.qkv.bytes() + L.wo.bytes() + L.gate_up.bytes() + L.down.bytes();
+    weight_bytes += L.bytes() - L.experts_gate_up.bytes() - L.experts_down.bytes();
+    if (cfg.is_moe()) weight_bytes += 2ull * cfg.n_experts_used * 3 * cfg.expert_ffn_dim * cfg.dim;
   }
   weight_bytes += output_norm.bytes() + 2ull * cfg.vocab_size * cfg.dim;  // output projection
   return {};
@@ -218,11 +286,37 @@ Status CudaBackend::Impl::upload_f32(const TensorRef& t, float* dst) {
   return {};
 }
 
+// An MoE layer's router and experts in kernels/cuda/moe.h's layouts: expert e's gate rows then up
+// rows at rows e·2F of experts_gate_up, its down rows at e·dim of experts_down.
+Status CudaBackend::Impl::upload_moe(const LayerWeights& s, GpuLayer& d) {
+  const int64_t F = cfg.expert_ffn_dim, S = cfg.shared_expert_ffn_dim;
+  if (static_cast<int64_t>(s.experts.size()) != cfg.n_experts) {
+    return make_error("CUDA backend: an MoE layer has " + std::to_string(s.experts.size()) + " experts, the config " +
+                      std::to_string(cfg.n_experts));
+  }
+  if (auto ok = upload_bf16(s.router, d.router.get(), 0); !ok) return ok;
+  for (int64_t e = 0; e < cfg.n_experts; ++e) {
+    const ExpertWeights& x = s.experts[static_cast<size_t>(e)];
+    if (auto ok = upload_bf16(x.gate, d.experts_gate_up.get(), e * 2 * F); !ok) return ok;
+    if (auto ok = upload_bf16(x.up, d.experts_gate_up.get(), e * 2 * F + F); !ok) return ok;
+    if (auto ok = upload_bf16(x.down, d.experts_down.get(), e * cfg.dim); !ok) return ok;
+  }
+  if (S > 0) {
+    if (auto ok = upload_bf16(s.shared_expert.gate, d.shared_gate_up.get(), 0); !ok) return ok;
+    if (auto ok = upload_bf16(s.shared_expert.up, d.shared_gate_up.get(), S); !ok) return ok;
+    if (auto ok = upload_bf16(s.shared_expert.down, d.shared_down.get(), 0); !ok) return ok;
+    if (auto ok = upload_f32(s.shared_expert_gate, d.shared_gate.get()); !ok) return ok;
+  }
+  return {};
+}
+
 Status CudaBackend::Impl::load(const Model& model) {
   cfg = model.config;
   if (cfg.head_dim > 256 || cfg.head_dim % 2 != 0) {
     return make_error("CUDA backend: head_dim " + std::to_string(cfg.head_dim) + " unsupported (even, at most 256)");
   }
+  moe_shape = {cfg.dim, cfg.n_experts, cfg.n_experts_used, cfg.expert_ffn_dim, cfg.shared_expert_ffn_dim,
+               cfg.norm_topk_prob};
   if (auto ok = allocate_weights(); !ok) return ok;
   const auto& w = model.weights;
   for (int64_t l = 0; l < cfg.n_layers; ++l) {
@@ -234,9 +328,21 @@ Status CudaBackend::Impl::load(const Model& model) {
     if (ok) ok = upload_bf16(s.wk, d.qkv.get(), q_dim());
     if (ok) ok = upload_bf16(s.wv, d.qkv.get(), q_dim() + kv_dim());
     if (ok) ok = upload_bf16(s.wo, d.wo.get(), 0);
-    if (ok) ok = upload_bf16(s.w_gate, d.gate_up.get(), 0);
-    if (ok) ok = upload_bf16(s.w_up, d.gate_up.get(), cfg.ffn_dim);
-    if (ok) ok = upload_bf16(s.w_down, d.down.get(), 0);
+    if (ok && s.is_moe()) {
+      ok = upload_moe(s, d);
+    } else if (ok) {
+      ok = upload_bf16(s.w_gate, d.gate_up.get(), 0);
+      if (ok) ok = upload_bf16(s.w_up, d.gate_up.get(), cfg.ffn_dim);
+      if (ok) ok = upload_bf16(s.w_down, d.down.get(), 0);
+    }
+    if (ok && d.qkv_bias.get()) {
+      ok = upload_f32(s.bq, d.qkv_bias.get());
+      if (ok) ok = upload_f32(s.bk, d.qkv_bias.get() + q_dim());
+      if (ok) ok = upload_f32(s.bv, d.qkv_bias.get() + q_dim() + kv_dim());
+    }
+    if (ok && d.o_bias.get()) ok = upload_f32(s.bo, d.o_bias.get());
+    if (ok && d.q_norm.get()) ok = upload_f32(s.q_norm, d.q_norm.get());
+    if (ok && d.k_norm.get()) ok = upload_f32(s.k_norm, d.k_norm.get());
     if (!ok) return ok;
   }
   if (auto ok = upload_bf16(w.token_embd, embd.get(), 0); !ok) return ok;
@@ -250,19 +356,32 @@ Status CudaBackend::Impl::load(const Model& model) {
 Status CudaBackend::Impl::generate_synthetic(const ModelConfig& config, uint64_t seed) {
   cfg = config;
   synthetic = true;
+  moe_shape = {cfg.dim, cfg.n_experts, cfg.n_experts_used, cfg.expert_ffn_dim, cfg.shared_expert_ffn_dim,
+               cfg.norm_topk_prob};
   if (auto ok = allocate_weights(); !ok) return ok;
   uint64_t k = seed * 1000003ull;
   auto fill = [&](DeviceBuffer<bf16_bits>& b, int64_t fan_in) {
     cuda::fill_uniform_bf16(b.get(), static_cast<int64_t>(b.size()), ++k, 1.0f / std::sqrt(static_cast<float>(fan_in)),
                             stream);
   };
+  const int64_t down_fan_in = cfg.is_moe() ? cfg.expert_ffn_dim : cfg.ffn_dim;
   for (auto& L : layers) {
-    cuda::fill_f32(L.attn_norm.get(), cfg.dim, 1.0f, stream);
-    cuda::fill_f32(L.ffn_norm.get(), cfg.dim, 1.0f, stream);
+    // Norm weights 1, biases 0: the shapes' costs, not a model's numbers.
+    for (auto* b : {&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.k_norm}) {
+      if (b->size()) cuda::fill_f32(b->get(), static_cast<int64_t>(b->size()), 1.0f, stream);
+    }
+    for (auto* b : {&L.qkv_bias, &L.o_bias}) {
+      if (b->size()) cuda::fill_f32(b->get(), static_cast<int64_t>(b->size()), 0.0f, stream);
+    }
     fill(L.qkv, cfg.dim);
     fill(L.wo, q_dim());
-    fill(L.gate_up, cfg.dim);
-    fill(L.down, cfg.ffn_dim);
+    for (auto* b : {&L.gate_up, &L.router, &L.experts_gate_up, &L.shared_gate_up}) {
+      if (b->size()) fill(*b, cfg.dim);
+    }
+    if (L.down.size()) fill(L.down, down_fan_in);
+    if (L.experts_down.size()) fill(L.experts_down, down_fan_in);
+    if (L.shared_down.size()) fill(L.shared_down, cfg.shared_expert_ffn_dim);
+    if (L.shared_gate.size()) cuda::fill_f32(L.shared_gate.get(), cfg.dim, 0.0f, stream);
   }
   cuda::fill_uniform_bf16(embd.get(), static_cast<int64_t>(embd.size()), ++k, 1.0f, stream);
   cuda::fill_f32(output_norm.get(), cfg.dim, 1.0f, stream);
@@ -291,6 +410,14 @@ Status CudaBackend::Impl::ensure_scratch(int64_t T) {
   if (auto ok = y_split.allocate(2 * std::min(T, kStackedRows) * widest_out, "split GEMM output"); !ok) return ok;
   if (auto ok = ids.allocate(2 * T + 2, "token ids"); !ok) return ok;
   if (auto ok = mask.allocate(T * T, "mask"); !ok) return ok;
+  if (cfg.is_moe()) {
+    const int64_t chunk = std::min(T, cuda::kMoeMaxTokens), k = cfg.n_experts_used;
+    if (auto ok = moe_scratch_mem.allocate(cuda::moe_scratch_bytes(moe_shape, chunk), "MoE scratch"); !ok) return ok;
+    moe_scratch = cuda::moe_scratch(moe_scratch_mem.get(), moe_shape, chunk);
+    if (auto ok = moe_ids.allocate(cfg.n_layers * T * k, "MoE routed experts"); !ok) return ok;
+    if (auto ok = moe_weights.allocate(cfg.n_layers * T * k, "MoE routing weights"); !ok) return ok;
+    if (auto ok = moe_skipped.allocate(cfg.n_layers * T, "MoE skipped experts"); !ok) return ok;
+  }
   if (host_ids) cudaFreeHost(host_ids);
   if (host_mask) cudaFreeHost(host_mask);
   host_ids = nullptr;
@@ -311,10 +438,7 @@ int CudaBackend::warmup_steps() const { return impl_->cuda_graphs ? 1 : 0; }
 uint64_t CudaBackend::weight_bytes_per_token() const { return impl_->weight_bytes; }
 uint64_t CudaBackend::device_bytes() const {
   uint64_t total = impl_->embd.bytes() + impl_->output_own.bytes() + impl_->output_norm.bytes();
-  for (const auto& L : impl_->layers) {
-    total +=
-        L.attn_norm.bytes() + L.ffn_norm.bytes() + L.qkv.bytes() + L.wo.bytes() + L.gate_up.bytes() + L.down.bytes();
-  }
+  for (const auto& L : impl_->layers) total += L.bytes();
   return total;
 }
 
@@ -353,9 +477,9 @@ Status warm_up(CudaBackend& backend) {
 }  // namespace
 
 Expected<std::unique_ptr<CudaBackend>> make_cuda_backend(const Model& model, const CudaBackendOptions& options) {
-  if (!cuda_backend_supports(model.config)) {
-    return make_error("CUDA backend: architecture '" + model.config.architecture +
-                      "' is not supported yet (llama only); use --backend cpu");
+  if (const std::string why = cuda_backend_unsupported(model.config); !why.empty()) {
+    return make_error("CUDA backend: " + model.config.architecture + " model with " + why +
+                      " is not supported; use --backend cpu");
   }
   std::unique_ptr<CudaBackend> backend(new CudaBackend());
   if (auto ok = backend->impl_->init(options.device); !ok) return ok.error();

@@ -52,9 +52,13 @@ bool cuda_gpu_available();
 // durations include that wait. Off for CUPTI-recorded runs; graphs captured before a change keep
 // how they were captured. A no-op without CUDA.
 void set_cuda_programmatic_launch(bool on);
-// The CUDA backend runs the llama family only: no MoE layers, q/k norms, attention biases or
-// clipping; head_dim a multiple of 8, at most 256.
+// The CUDA backend runs the llama family and the MoE layouts of engine/model/moe_loader.h
+// (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE: their q/k/v biases, q/k norms and clipping too) with
+// head_dim a multiple of 8, at most 256, and MoE shapes kernels/cuda/moe.h covers (dim and expert
+// widths multiples of 8, at most 1024 experts, top-k at most 16). cuda_backend_unsupported says
+// why not in a phrase ("" when supported).
 bool cuda_backend_supports(const ModelConfig& config);
+std::string cuda_backend_unsupported(const ModelConfig& config);
 
 // Whether sparse verification with `config` runs on the CUDA backend: sparse attention only
 // (Quest scoring, logit-sum group scores, no successor blocks); an error naming the first option

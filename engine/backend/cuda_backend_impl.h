@@ -20,6 +20,8 @@
 
 #include "engine/backend/cuda_backend.h"
 #include "kernels/cuda/model_ops.h"
+#include "kernels/cuda/moe.h"
+#include "kernels/cuda/qkv_extras.h"
 #include "kernels/cuda/skinny_gemm.h"
 
 namespace specula {
@@ -83,7 +85,41 @@ class DeviceBuffer {
 
 struct GpuLayer {
   DeviceBuffer<float> attn_norm, ffn_norm;
-  DeviceBuffer<bf16_bits> qkv, wo, gate_up, down;  // row-major (out, in), like the CPU's fused matrices
+  DeviceBuffer<bf16_bits> qkv, wo, gate_up, down;  // row-major (out, in), like the CPU's fused matrices; no FFN in MoE layers
+  // Qwen2/Qwen3-MoE and OLMoE attention (engine/model/qkv_extras.h), f32 as the CPU keeps them;
+  // empty when the model has none.
+  DeviceBuffer<float> qkv_bias, o_bias, q_norm, k_norm;
+  // An MoE layer's FFN in kernels/cuda/moe.h's layouts (bf16; shared_gate f32); empty otherwise.
+  DeviceBuffer<bf16_bits> router, experts_gate_up, experts_down, shared_gate_up, shared_down;
+  DeviceBuffer<float> shared_gate;
+  size_t bytes() const {
+    size_t total = 0;
+    for (const auto* b : {&attn_norm, &ffn_norm, &qkv_bias, &o_bias, &q_norm, &k_norm, &shared_gate}) total += b->bytes();
+    for (const auto* b : {&qkv, &wo, &gate_up, &down, &router, &experts_gate_up, &experts_down, &shared_gate_up,
+                          &shared_down}) {
+      total += b->bytes();
+    }
+    return total;
+  }
+  cuda::MoeDeviceWeights moe_weights() const {
+    return {router.get(),         experts_gate_up.get(), experts_down.get(),
+            shared_gate_up.get(), shared_down.get(),     shared_gate.get()};
+  }
+  cuda::QkvExtrasParams extras(const ModelConfig& c) const {
+    cuda::QkvExtrasParams p;
+    p.n_heads = c.n_heads;
+    p.n_kv_heads = c.n_kv_heads;
+    p.head_dim = c.head_dim;
+    p.bias = qkv_bias.get();
+    p.norm = c.qk_norm == QkNorm::PerHead ? cuda::QkNormKind::kPerHead
+             : c.qk_norm == QkNorm::Full  ? cuda::QkNormKind::kFull
+                                          : cuda::QkNormKind::kNone;
+    p.q_norm = q_norm.get();
+    p.k_norm = k_norm.get();
+    p.eps = c.rms_eps;
+    p.clip = c.clip_qkv;
+    return p;
+  }
 };
 
 // Y (N, cols) column-major = W(N, K) · x(K, cols), bf16 in, f32 out and compute, on cuBLASLt
@@ -208,6 +244,19 @@ struct CudaBackend::Impl {
     if (stream) cudaStreamDestroy(stream);
   }
 
+  // MoE models (kernels/cuda/moe.h): the FFN of every layer; its scratch for kMoeMaxTokens rows
+  // at a time, and each layer's routing of the last forward (ids and weights (T, k), skipped (T)
+  // for up to scratch_T rows a layer), which the session downloads for the observer and stats.
+  cuda::MoeShape moe_shape;
+  DeviceBuffer<uint8_t> moe_scratch_mem;
+  cuda::MoeScratch moe_scratch;
+  DeviceBuffer<int32_t> moe_ids, moe_skipped;
+  DeviceBuffer<float> moe_weights;
+  // The expert-skip thresholds of the sparse config last run (tau[l][s - 1], moe_threshold_stride a layer).
+  DeviceBuffer<double> moe_thresholds;
+  std::vector<std::vector<double>> moe_thresholds_host;
+  int64_t moe_threshold_stride = 0;
+
   int64_t q_dim() const { return cfg.n_heads * cfg.head_dim; }
   int64_t kv_dim() const { return cfg.n_kv_heads * cfg.head_dim; }
   int64_t qkv_dim() const { return q_dim() + 2 * kv_dim(); }
@@ -219,6 +268,7 @@ struct CudaBackend::Impl {
   Status allocate_weights();
   Status upload_bf16(const TensorRef& t, bf16_bits* dst, int64_t row0);
   Status upload_f32(const TensorRef& t, float* dst);
+  Status upload_moe(const LayerWeights& s, GpuLayer& d);
   Status load(const Model& model);
   Status generate_synthetic(const ModelConfig& config, uint64_t seed);
   Status ensure_scratch(int64_t T);

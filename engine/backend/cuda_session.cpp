@@ -192,7 +192,12 @@ Status CudaSession::run_forward(std::span<const int32_t> tokens, std::span<const
                       " rows > capacity " + std::to_string(capacity_) + ")");
   }
   if (auto ok = b.ensure_scratch(T); !ok) return ok;
-  const SparseConfig* ffn_sparse = sparse && sparse->ffn ? sparse : nullptr;
+  // MoE layers have no dense FFN to thin out (the CPU runs them whole too).
+  const SparseConfig* ffn_sparse = sparse && sparse->ffn && !c.is_moe() ? sparse : nullptr;
+  const bool moe_skipping = sparse && sparse->moe && sparse->moe_skip_budget > 0 && c.is_moe();
+  if (moe_skipping) {
+    if (auto ok = set_moe_skip(*sparse); !ok) return ok;
+  }
   if (ffn_sparse) {
     if (auto ok = prepare_sparse_ffn(T); !ok) return ok;
   }
@@ -220,7 +225,8 @@ Status CudaSession::run_forward(std::span<const int32_t> tokens, std::span<const
   // (select_blocks sizes its launches on the host), so a graph would be re-captured every step.
   // A sparse FFN forward is launched too: it is not one of the graphs' shapes, and its counts
   // are copied out per layer.
-  const bool graphed = !plan && !ffn_sparse && b.cuda_graphs &&
+  // An expert-skipping forward is launched too: its thresholds are launch parameters.
+  const bool graphed = !plan && !ffn_sparse && !moe_skipping && b.cuda_graphs &&
                        ((T == 1 && !mask && rows == LogitRows::Last) || (mask && T <= kMaxGraphRows));
   if (plan) {
     SPECULA_CUDA_TRY(cudaMemsetAsync(listed_rows_.get(), 0, sizeof(unsigned long long), s), "sparse verify");
@@ -228,8 +234,11 @@ Status CudaSession::run_forward(std::span<const int32_t> tokens, std::span<const
   if (T > 1 && !plan) min_max_stale_ = true;  // enqueue_forward leaves it to the commit
   if (graphed) {
     if (auto ok = launch_graph(T, mask_dev, rows); !ok) return ok;
-  } else if (auto ok = enqueue_forward(T, mask_dev, rows, plan ? &*plan : nullptr, ffn_sparse); !ok) {
-    return ok;
+  } else {
+    if (!moe_skipping) moe_skip_.clear();
+    const Status ok = enqueue_forward(T, mask_dev, rows, plan ? &*plan : nullptr, ffn_sparse);
+    moe_skip_.clear();  // a later capture must not see it
+    if (!ok) return ok;
   }
   SPECULA_CUDA_TRY(cudaGetLastError(), "kernel launch in forward");
   if (auto ok = enqueue_outputs(); !ok) return ok;
@@ -241,6 +250,10 @@ Status CudaSession::run_forward(std::span<const int32_t> tokens, std::span<const
   // The forward's one host synchronization: its outputs must be on the host.
   SPECULA_CUDA_TRY(cudaStreamSynchronize(s), "forward");
   if (ffn_sparse && context) report_sparse_ffn(T, *context);
+  if (c.is_moe() && context &&
+      (context->moe_stats || context->stats || observes(context->observer, EventKind::kMoeStats))) {
+    if (auto ok = report_moe(T, *context); !ok) return ok;
+  }
   if (context && context->sparse && context->stats) {
     // Bytes this backend reads: bf16 K and V rows, bf16 block min/max for scoring.
     const int64_t row_bytes = c.head_dim * 2 * 2;
@@ -378,7 +391,9 @@ Status CudaSession::enqueue_forward(int64_t T, const uint8_t* mask_dev, LogitRow
   // kernels take, e.g. a 60-node tree): the row ops between two GEMMs then read the product
   // halves and write the next GEMM's input halves themselves (model_ops.h), 5 small launches a
   // layer instead of 11 (add, norm, split, add, SwiGLU, split, add of the unfused path).
-  const bool split_ops = !ffn_sparse && b.stacked(ld, dim, T) && b.stacked(dim, qd, T) && b.stacked(2 * ffn, dim, T) &&
+  // Not with the MoE FFN or the attention extras, which read and write plain f32 rows.
+  const bool moe = c.is_moe(), extras = b.layers[0].extras(c).active();
+  const bool split_ops = !ffn_sparse && !moe && !extras && !c.output_bias && b.stacked(ld, dim, T) && b.stacked(dim, qd, T) && b.stacked(2 * ffn, dim, T) &&
                          b.stacked(dim, ffn, T) && cuda::split_row_ops_fit(dim, ffn);
   bf16_bits* halves = b.x_bf16.get();
   // The new rows' block key min/max only where this forward's sparse selection reads it (a plan
@@ -401,6 +416,7 @@ Status CudaSession::enqueue_forward(int64_t T, const uint8_t* mask_dev, LogitRow
     } else if (auto ok = b.gemm_norm(L.qkv.get(), ld, dim, b.x.get(), T, L.attn_norm.get(), b.qkv.get(), ld); !ok) {
       return ok;
     }
+    if (extras) cuda::qkv_extras_rows(b.qkv.get(), ld, T, L.extras(c), s);  // before RoPE, as the CPU
     // A decode step's RoPE, K/V append and attention in one launch (kernels/cuda/decode_attention.h;
     // it takes head_dim 64 and 128), and so a verify's of up to kMaxFusedVerifyRows rows (its key
     // min/max are left stale for the commit, as rope_append_at's here), else RoPE+append, then
@@ -450,6 +466,11 @@ Status CudaSession::enqueue_forward(int64_t T, const uint8_t* mask_dev, LogitRow
       continue;
     }
     if (auto ok = b.gemm(L.wo.get(), dim, qd, b.att.get(), T, b.x.get(), dim, true); !ok) return ok;
+    if (L.o_bias.get()) cuda::add_bias_rows(b.x.get(), dim, T, dim, L.o_bias.get(), s);
+    if (moe) {
+      if (auto ok = moe_layer(L, l, T); !ok) return ok;
+      continue;
+    }
     if (ffn_sparse) {
       if (auto ok = sparse_ffn_layer(L, T, *ffn_sparse, l); !ok) return ok;
       continue;

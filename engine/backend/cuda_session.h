@@ -91,6 +91,14 @@ class CudaSession final : public BackendSession {
     return n > buffer.size() ? buffer.allocate(n, what) : Status{};
   }
 
+  // MoE layers (cuda_session_moe.cpp): x += MoE(rmsnorm(x)) in chunks of kMoeMaxTokens rows,
+  // each layer's routing kept in the backend's records; the skip rule of a sparse config
+  // (moe_skip_ per layer, empty: every routed expert runs); the routing to the observer and stats.
+  Status moe_layer(const GpuLayer& L, int64_t l, int64_t T);
+  Status set_moe_skip(const SparseConfig& sc);
+  Status report_moe(int64_t T, const ForwardContext& context);
+  std::vector<cuda::MoeDeviceSkip> moe_skip_;
+
   // The sparse FFN (cuda_session_sparse.cpp).
   Status prepare_sparse_ffn(int64_t T);
   Status sparse_ffn_layer(const GpuLayer& L, int64_t T, const SparseConfig& sc, int64_t l);

@@ -104,6 +104,7 @@ struct CpuTransformer::Impl {
         dst.extras = QkvExtras::for_layer(cfg, src);
         if (src.is_moe()) {
           dst.moe = std::make_unique<MoeFfn>(cfg, src, exact);
+          if (bf16) dst.moe->round_to_bf16();
         } else {
           dst.gate_up = pack_fused({&src.w_gate, &src.w_up}, exact);
           dst.down = pack_fused({&src.w_down}, exact);

@@ -7,6 +7,7 @@
 
 #include "engine/model/packed_weights.h"
 #include "kernels/cpu/activation.h"
+#include "kernels/cpu/dequant.h"
 
 namespace specula {
 
@@ -113,6 +114,17 @@ size_t MoeFfn::bytes() const {
   size_t total = router_.bytes() + shared_gate_up_.bytes() + shared_down_.bytes() + shared_gate_.size() * 4;
   for (size_t e = 0; e < experts_.size(); ++e) total += experts_[e].bytes() + downs_[e].bytes();
   return total;
+}
+
+void MoeFfn::round_to_bf16() {
+  auto round = [](PackedMatrix& m) { specula::round_to_bf16(std::span<float>(m.f32.data(), m.f32.size())); };
+  round(router_);
+  for (PackedMatrix& m : experts_) round(m);
+  for (PackedMatrix& m : downs_) round(m);
+  if (shared_ffn_ > 0) {
+    round(shared_gate_up_);
+    round(shared_down_);
+  }
 }
 
 void MoeFfn::expert(const PackedMatrix& gate_up, const PackedMatrix& down, int64_t ffn, const float* in, int64_t n,

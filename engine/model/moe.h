@@ -93,6 +93,10 @@ class MoeFfn {
   // Packs the router, the experts and the shared expert of an MoE layer (layer.is_moe()).
   MoeFfn(const ModelConfig& config, const LayerWeights& layer, bool exact);
   size_t bytes() const;
+  // Rounds the router and every expert matrix to bf16 in place (Precision::Bf16Storage: the
+  // numbers the CUDA backend stores); the shared expert's gate stays f32, as it does there.
+  // Needs the constructor's `exact` (f32 matrices).
+  void round_to_bf16();
 
   // xn: (T, dim) the layer's normalized input; x: (T, dim) the residual stream, += the output.
   // skip: null runs every routed expert. stats: when not null, filled with the routing.

@@ -1,0 +1,80 @@
+#include "kernels/cuda/qkv_extras.h"
+
+#include <cuda_runtime.h>
+
+namespace specula::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// x[0..n) = x / rms(x) · w by one warp (the CPU's rmsnorm; its sum is in double, this one in
+// f32: n ≤ a few thousand, far inside bf16's error).
+__device__ void warp_rmsnorm(float* x, int64_t n, const float* __restrict__ w, float eps, int lane) {
+  float s = 0.0f;
+  for (int64_t i = lane; i < n; i += 32) s += x[i] * x[i];
+  const float inv = rsqrtf(warp_sum(s) / static_cast<float>(n) + eps);
+  for (int64_t i = lane; i < n; i += 32) x[i] = x[i] * inv * w[i];
+}
+
+// One block a row. The row is staged in shared memory only for the whole-projection norm, whose
+// sum needs the block; per-head norms are a warp each, in place in global memory.
+__global__ void __launch_bounds__(kThreads) qkv_extras_kernel(float* __restrict__ qkv, int64_t ld, QkvExtrasParams p) {
+  float* row = qkv + blockIdx.x * ld;
+  const int64_t qd = p.n_heads * p.head_dim, kvd = p.n_kv_heads * p.head_dim, n = qd + 2 * kvd;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (p.bias) {
+    for (int64_t i = threadIdx.x; i < n; i += kThreads) row[i] += p.bias[i];
+    __syncthreads();
+  }
+  if (p.norm == QkNormKind::kPerHead) {
+    for (int64_t h = warp; h < p.n_heads + p.n_kv_heads; h += kWarps) {
+      const bool q = h < p.n_heads;
+      warp_rmsnorm(row + h * p.head_dim, p.head_dim, q ? p.q_norm : p.k_norm, p.eps, lane);
+    }
+    __syncthreads();
+  } else if (p.norm == QkNormKind::kFull) {
+    __shared__ float partial[2][kWarps];
+    float sq = 0.0f, sk = 0.0f;
+    for (int64_t i = threadIdx.x; i < qd; i += kThreads) sq += row[i] * row[i];
+    for (int64_t i = threadIdx.x; i < kvd; i += kThreads) sk += row[qd + i] * row[qd + i];
+    sq = warp_sum(sq);
+    sk = warp_sum(sk);
+    if (lane == 0) partial[0][warp] = sq, partial[1][warp] = sk;
+    __syncthreads();
+    float tq = 0.0f, tk = 0.0f;
+    for (int i = 0; i < kWarps; ++i) tq += partial[0][i], tk += partial[1][i];
+    const float iq = rsqrtf(tq / static_cast<float>(qd) + p.eps), ik = rsqrtf(tk / static_cast<float>(kvd) + p.eps);
+    for (int64_t i = threadIdx.x; i < qd; i += kThreads) row[i] = row[i] * iq * p.q_norm[i];
+    for (int64_t i = threadIdx.x; i < kvd; i += kThreads) row[qd + i] = row[qd + i] * ik * p.k_norm[i];
+    __syncthreads();
+  }
+  if (p.clip > 0.0f) {
+    for (int64_t i = threadIdx.x; i < n; i += kThreads) row[i] = fminf(fmaxf(row[i], -p.clip), p.clip);
+  }
+}
+
+__global__ void add_bias_kernel(float* __restrict__ x, int64_t ld, int64_t dim, const float* __restrict__ bias) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < dim) x[blockIdx.y * ld + i] += bias[i];
+}
+
+}  // namespace
+
+void qkv_extras_rows(float* qkv, int64_t ld, int64_t T, const QkvExtrasParams& p, cudaStream_t stream) {
+  if (!p.active() || T <= 0) return;
+  qkv_extras_kernel<<<static_cast<unsigned>(T), kThreads, 0, stream>>>(qkv, ld, p);
+}
+
+void add_bias_rows(float* x, int64_t ld, int64_t T, int64_t dim, const float* bias, cudaStream_t stream) {
+  if (T <= 0 || dim <= 0) return;
+  add_bias_kernel<<<dim3(static_cast<unsigned>((dim + 255) / 256), static_cast<unsigned>(T)), 256, 0, stream>>>(
+      x, ld, dim, bias);
+}
+
+}  // namespace specula::cuda
