@@ -37,13 +37,13 @@ def main():
                                      os.path.join(a.work, "copy.json")], os.path.join(a.work, "copy.json"))]
     for shape in a.shapes:
         out = os.path.join(a.work, f"{shape}.json")
-        steps.append(step(f"decode_synthetic_{shape}", [dec, "--synthetic", shape, "--commit", a.commit, "--reps", "3",
-                                                       "--tokens", "64", "--verify-nodes", "4", "8", "16",
+        steps.append(step(f"decode_synthetic_{shape}", [dec, "--synthetic", shape, "--commit", a.commit, "--reps", "2",
+                                                       "--tokens", "32", "--verify-nodes", "4", "8", "16",
                                                        "--out", out], out))
         if not a.skip_peers:
             steps.append(step(f"peer_hf_transformers_{shape}",
                               [sys.executable, os.path.join(here, "peers", "hf_moe_decode.py"), "--shape", shape,
-                               "--steps", "32"]))
+                               "--steps", "16"]))
     record = {"bench": "moe_e2e", "synthetic": True, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "commit": a.commit, "command": " ".join(sys.argv),
               "device": {"name": nvidia("name"), "driver": nvidia("driver_version")}, "steps": steps}
