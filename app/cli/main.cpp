@@ -118,7 +118,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   generate->add_option("--synthetic", gen.synthetic,
                        "Random bf16 weights of a known shape on the GPU, for timing only: llama-3.1-8b, "
-                       "llama-3.1-70b, llama-3.1-405b, smollm2-135m");
+                       "llama-3.1-70b, llama-3.1-405b, smollm2-135m, and the MoE shapes mixtral-8x7b, "
+                       "qwen1.5-moe-a2.7b, olmoe-1b-7b");
   add_speculation_flags(generate, gen.spec);
   generate->add_option("--record", gen.record,
                        "Record the run into this session database (SQLite; open it in the app, export, diff)");

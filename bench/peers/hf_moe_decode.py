@@ -42,8 +42,11 @@ a = p.parse_args()
 config_cls, model_cls, kwargs = SHAPES[a.shape]
 cfg = getattr(transformers, config_cls)(**kwargs)
 torch.manual_seed(0)
+# Built in bf16 on the GPU directly: an f32 Mixtral-8x7B (187 GB) does not fit before a cast.
+torch.set_default_dtype(torch.bfloat16)
 with torch.device("cuda"):
-    model = getattr(transformers, model_cls)(cfg).to(torch.bfloat16).eval()
+    model = getattr(transformers, model_cls)(cfg).eval()
+torch.set_default_dtype(torch.float32)
 D, L = cfg.hidden_size, cfg.num_hidden_layers
 k = cfg.num_experts_per_tok
 if a.shape == "mixtral-8x7b":

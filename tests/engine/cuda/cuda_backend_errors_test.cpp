@@ -31,7 +31,8 @@ TEST(CudaBackendErrors, ASyntheticModelLargerThanTheGpuIsRefusedByName) {
   EXPECT_NE(message.find("llama-3.1-405b"), std::string::npos) << message;
   EXPECT_NE(message.find("of GPU memory, but only"), std::string::npos) << message;
   EXPECT_EQ(synthetic_config("llama-9").error().message,
-            "--synthetic: unknown shape 'llama-9' (known: llama-3.1-8b, llama-3.1-70b, llama-3.1-405b, smollm2-135m)");
+            "--synthetic: unknown shape 'llama-9' (known: llama-3.1-8b, llama-3.1-70b, llama-3.1-405b, smollm2-135m, "
+            "mixtral-8x7b, qwen1.5-moe-a2.7b, olmoe-1b-7b)");
 }
 
 // Holds all but ~1 MiB of the GPU's free memory until released.
