@@ -11,9 +11,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
-#include <numeric>
 
 #include "engine/backend/cuda_backend.h"
 #include "engine/model/cpu_transformer.h"
@@ -22,54 +19,19 @@
 #include "engine/sparse/sparse_config.h"
 #include "engine/spec/speculative.h"
 #include "tests/engine/cuda/cuda_test_support.h"
+#include "tests/engine/model/moe_reference.h"
 
 namespace specula {
 namespace {
 
-namespace fs = std::filesystem;
 using testing::rel_l2;
 
-const fs::path kMoeDir = fs::path(SPECULA_TEST_DATA_DIR) / "moe";
+using testing::cpu_prefill;
+using testing::kMoeDir;
+using testing::positions_for;
+using RefCase = testing::MoeRefCase;
 
-struct RefCase {
-  std::vector<int32_t> tokens;
-  std::vector<float> logits;                               // (T, vocab), transformers f32 over the F16 weights
-  std::vector<std::vector<std::vector<int32_t>>> experts;  // [layer][token][k]
-};
-
-std::vector<RefCase> load_reference(const std::string& stem) {
-  std::ifstream json_in(kMoeDir / (stem + ".reference.json"));
-  EXPECT_TRUE(json_in) << stem;
-  const auto doc = nlohmann::json::parse(json_in);
-  const auto vocab = doc["vocab"].get<size_t>();
-  std::ifstream bin(kMoeDir / (stem + ".reference.f32"), std::ios::binary);
-  std::vector<RefCase> cases;
-  for (const auto& c : doc["cases"]) {
-    RefCase r;
-    r.tokens = c["tokens"].get<std::vector<int32_t>>();
-    r.logits.resize(r.tokens.size() * vocab);
-    bin.read(reinterpret_cast<char*>(r.logits.data()), static_cast<std::streamsize>(r.logits.size() * sizeof(float)));
-    EXPECT_TRUE(bin) << stem << ".reference.f32 too short";
-    for (const auto& layer : c["routing"]) r.experts.push_back(layer["experts"].get<std::vector<std::vector<int32_t>>>());
-    cases.push_back(std::move(r));
-  }
-  return cases;
-}
-
-std::vector<int32_t> positions_for(size_t n) {
-  std::vector<int32_t> p(n);
-  std::iota(p.begin(), p.end(), 0);
-  return p;
-}
-
-std::vector<float> cpu_prefill(CpuTransformer& t, const std::vector<int32_t>& tokens, const ForwardContext* context) {
-  auto kv = t.make_kv_cache(16, 64);
-  EXPECT_TRUE(kv);
-  std::vector<float> logits(tokens.size() * static_cast<size_t>(t.config().vocab_size));
-  const Status s = t.forward(tokens, positions_for(tokens.size()), nullptr, *kv, logits, LogitRows::All, context);
-  EXPECT_TRUE(s) << (s ? "" : s.error().message);
-  return logits;
-}
+std::vector<RefCase> load_reference(const std::string& stem) { return testing::load_moe_reference(stem); }
 
 std::vector<float> gpu_prefill(CudaBackend& b, const std::vector<int32_t>& tokens, const ForwardContext* context) {
   auto session = b.start(16, 64);

@@ -18,6 +18,7 @@
 #include "engine/sparse/sparse_config.h"
 #include "tests/engine/formats/gguf_writer.h"
 #include "tests/engine/model/cpu_transformer_goldens.h"
+#include "tests/engine/model/moe_reference.h"
 
 namespace specula {
 namespace {
@@ -26,52 +27,15 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using testing::relative_l2;
 
-const fs::path kMoeDir = fs::path(SPECULA_TEST_DATA_DIR) / "moe";
+using testing::kMoeDir;
+using testing::positions_for;
+using RefCase = testing::MoeRefCase;
 
-struct RefCase {
-  std::vector<int32_t> tokens;
-  std::vector<float> logits;                               // (T, vocab)
-  std::vector<std::vector<std::vector<int32_t>>> experts;  // [layer][token][k], descending weight
-  std::vector<std::vector<std::vector<float>>> weights;    // [layer][token][k]
-};
+std::vector<RefCase> load_reference(const std::string& stem) { return testing::load_moe_reference(stem); }
 
-std::vector<RefCase> load_reference(const std::string& stem) {
-  std::ifstream json_in(kMoeDir / (stem + ".reference.json"));
-  EXPECT_TRUE(json_in) << stem;
-  const auto doc = nlohmann::json::parse(json_in);
-  const auto vocab = doc["vocab"].get<size_t>();
-  std::ifstream bin(kMoeDir / (stem + ".reference.f32"), std::ios::binary);
-  std::vector<RefCase> cases;
-  for (const auto& c : doc["cases"]) {
-    RefCase r;
-    r.tokens = c["tokens"].get<std::vector<int32_t>>();
-    r.logits.resize(r.tokens.size() * vocab);
-    bin.read(reinterpret_cast<char*>(r.logits.data()), static_cast<std::streamsize>(r.logits.size() * sizeof(float)));
-    EXPECT_TRUE(bin) << stem << ".reference.f32 too short";
-    for (const auto& layer : c["routing"]) {
-      r.experts.push_back(layer["experts"].get<std::vector<std::vector<int32_t>>>());
-      r.weights.push_back(layer["weights"].get<std::vector<std::vector<float>>>());
-    }
-    cases.push_back(std::move(r));
-  }
-  return cases;
-}
-
-std::vector<int32_t> positions_for(size_t n, int32_t first = 0) {
-  std::vector<int32_t> p(n);
-  std::iota(p.begin(), p.end(), first);
-  return p;
-}
-
-// One prefill of `tokens` with every row's logits.
 std::vector<float> prefill(CpuTransformer& t, const std::vector<int32_t>& tokens,
                            const ForwardContext* context = nullptr) {
-  auto kv = t.make_kv_cache(16, 64);
-  EXPECT_TRUE(kv);
-  std::vector<float> logits(tokens.size() * static_cast<size_t>(t.config().vocab_size));
-  const Status s = t.forward(tokens, positions_for(tokens.size()), nullptr, *kv, logits, LogitRows::All, context);
-  EXPECT_TRUE(s) << (s ? "" : s.error().message);
-  return logits;
+  return testing::cpu_prefill(t, tokens, context);
 }
 
 struct Layout {
