@@ -232,12 +232,14 @@ Status CudaSession::run_forward(std::span<const int32_t> tokens, std::span<const
     SPECULA_CUDA_TRY(cudaMemsetAsync(listed_rows_.get(), 0, sizeof(unsigned long long), s), "sparse verify");
   }
   if (T > 1 && !plan) min_max_stale_ = true;  // enqueue_forward leaves it to the commit
+  // The skip rule reaches enqueue_forward through moe_skip_, set above for this forward only: a
+  // graph captured later must not see it (an earlier forward that failed may have left it).
+  if (!moe_skipping) moe_skip_.clear();
   if (graphed) {
     if (auto ok = launch_graph(T, mask_dev, rows); !ok) return ok;
   } else {
-    if (!moe_skipping) moe_skip_.clear();
     const Status ok = enqueue_forward(T, mask_dev, rows, plan ? &*plan : nullptr, ffn_sparse);
-    moe_skip_.clear();  // a later capture must not see it
+    moe_skip_.clear();
     if (!ok) return ok;
   }
   SPECULA_CUDA_TRY(cudaGetLastError(), "kernel launch in forward");

@@ -435,8 +435,8 @@ Expected<std::unique_ptr<Drafter>> make_transformer_drafter(std::string name, st
   options.kind = where.backend;
   options.threads = where.threads;
   if (options.kind == "cuda" && !cuda_backend_supports(model->config)) {
-    return make_error(name + ": the CUDA backend does not run this " + model->config.architecture +
-                      " model; draft on the CPU (--draft-backend cpu)");
+    return make_error(name + ": the CUDA backend does not run this " + model->config.architecture + " model (" +
+                      cuda_backend_unsupported(model->config) + "); draft on the CPU (--draft-backend cpu)");
   }
   auto backend = make_backend(*model, options);
   if (!backend)
