@@ -164,6 +164,10 @@ void set_cuda_programmatic_launch(bool on) { cuda::set_programmatic_dependent_la
 
 namespace {
 
+cuda::MoeShape moe_shape_of(const ModelConfig& c) {
+  return {c.dim, c.n_experts, c.n_experts_used, c.expert_ffn_dim, c.shared_expert_ffn_dim, c.norm_topk_prob};
+}
+
 // Round to nearest even, as __float2bfloat16_rn does (weights are finite).
 uint16_t to_bf16(float f) {
   uint32_t u;
@@ -315,8 +319,7 @@ Status CudaBackend::Impl::load(const Model& model) {
   if (cfg.head_dim > 256 || cfg.head_dim % 2 != 0) {
     return make_error("CUDA backend: head_dim " + std::to_string(cfg.head_dim) + " unsupported (even, at most 256)");
   }
-  moe_shape = {cfg.dim, cfg.n_experts, cfg.n_experts_used, cfg.expert_ffn_dim, cfg.shared_expert_ffn_dim,
-               cfg.norm_topk_prob};
+  moe_shape = moe_shape_of(cfg);
   if (auto ok = allocate_weights(); !ok) return ok;
   const auto& w = model.weights;
   for (int64_t l = 0; l < cfg.n_layers; ++l) {
@@ -356,8 +359,7 @@ Status CudaBackend::Impl::load(const Model& model) {
 Status CudaBackend::Impl::generate_synthetic(const ModelConfig& config, uint64_t seed) {
   cfg = config;
   synthetic = true;
-  moe_shape = {cfg.dim, cfg.n_experts, cfg.n_experts_used, cfg.expert_ffn_dim, cfg.shared_expert_ffn_dim,
-               cfg.norm_topk_prob};
+  moe_shape = moe_shape_of(cfg);
   if (auto ok = allocate_weights(); !ok) return ok;
   uint64_t k = seed * 1000003ull;
   auto fill = [&](DeviceBuffer<bf16_bits>& b, int64_t fan_in) {
