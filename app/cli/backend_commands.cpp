@@ -51,7 +51,8 @@ int run_generate_on_backend(const GenerateArgs& args) {
   const auto path = resolve_model_path(args.model);
   auto model = load_model(path);
   if (!model) return fail(model.error().message);
-  if (!explicit_cuda && !cuda_backend_supports(model->config)) return kUseCpuGenerate;  // auto: shapes the GPU lacks run on the CPU
+  // auto: shapes the GPU lacks run on the CPU.
+  if (!explicit_cuda && !cuda_backend_supports(model->config)) return kUseCpuGenerate;
   std::string prompt_str = *text;
   if (args.chat) {
     const ChatMessage user{"user", prompt_str};

@@ -1,10 +1,10 @@
 #include "engine/backend/cuda_backend.h"
 
 #include <string>
-
-#include "kernels/cuda/moe.h"  // its shape limits (plain C++, also without CUDA)
 #include <utility>
 #include <vector>
+
+#include "kernels/cuda/moe.h"  // its shape limits (plain C++, also without CUDA)
 
 #if defined(SPECULA_HAVE_CUDA)
 #include <cuda_runtime.h>
@@ -88,8 +88,8 @@ Expected<ModelConfig> synthetic_config(const std::string& name) {
       // (60 experts + a shared expert, q/k/v biases), OLMoE-1B-7B-0924 (64 experts, q/k norms over
       // the whole projection).
       {"mixtral-8x7b", 32, 4096, 32, 8, 128, 0, 32000, 32768, 1000000.0f, false, false, 8, 2, 14336, 0, true},
-      {"qwen1.5-moe-a2.7b", 24, 2048, 16, 16, 128, 0, 151936, 8192, 1000000.0f, false, false, 60, 4, 1408, 5632,
-       false, QkNorm::None, true},
+      {"qwen1.5-moe-a2.7b", 24, 2048, 16, 16, 128, 0, 151936, 8192, 1000000.0f, false, false, 60, 4, 1408, 5632, false,
+       QkNorm::None, true},
       {"olmoe-1b-7b", 16, 2048, 16, 16, 128, 0, 50304, 4096, 10000.0f, false, false, 64, 8, 1024, 0, false,
        QkNorm::Full},
   };
@@ -98,9 +98,10 @@ Expected<ModelConfig> synthetic_config(const std::string& name) {
     known += (known.empty() ? "" : ", ") + std::string(s.name);
     if (name != s.name) continue;
     ModelConfig c;
-    c.architecture = s.experts == 0 ? "llama" : name.rfind("mixtral", 0) == 0 ? "mixtral"
-                                            : name.rfind("qwen", 0) == 0      ? "qwen2_moe"
-                                                                              : "olmoe";
+    c.architecture = s.experts == 0                  ? "llama"
+                     : name.rfind("mixtral", 0) == 0 ? "mixtral"
+                     : name.rfind("qwen", 0) == 0    ? "qwen2_moe"
+                                                     : "olmoe";
     c.name = "synthetic " + name + " (random bf16 weights)";
     c.n_layers = s.layers;
     c.dim = s.dim;
@@ -193,8 +194,8 @@ Status CudaBackend::Impl::init(int dev) {
 }
 
 uint64_t CudaBackend::Impl::weight_bytes_needed() const {
-  const uint64_t ffn = cfg.is_moe() ? cfg.n_experts * (1 + 3 * cfg.expert_ffn_dim) + 3 * cfg.shared_expert_ffn_dim
-                                    : 3 * cfg.ffn_dim;
+  const uint64_t ffn =
+      cfg.is_moe() ? cfg.n_experts * (1 + 3 * cfg.expert_ffn_dim) + 3 * cfg.shared_expert_ffn_dim : 3 * cfg.ffn_dim;
   const uint64_t per_layer = 2 * (qkv_dim() * cfg.dim + cfg.dim * q_dim() + ffn * cfg.dim) + 8 * cfg.dim +
                              4 * (qkv_dim() + 2 * cfg.dim + q_dim() + kv_dim());  // at most: extras, shared gate
   uint64_t total = cfg.n_layers * per_layer + 2ull * cfg.vocab_size * cfg.dim + 4 * cfg.dim;

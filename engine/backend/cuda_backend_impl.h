@@ -85,7 +85,8 @@ class DeviceBuffer {
 
 struct GpuLayer {
   DeviceBuffer<float> attn_norm, ffn_norm;
-  DeviceBuffer<bf16_bits> qkv, wo, gate_up, down;  // row-major (out, in), like the CPU's fused matrices; no FFN in MoE layers
+  // Row-major (out, in), like the CPU's fused matrices; MoE layers have no gate_up and down.
+  DeviceBuffer<bf16_bits> qkv, wo, gate_up, down;
   // Qwen2/Qwen3-MoE and OLMoE attention (engine/model/qkv_extras.h), f32 as the CPU keeps them;
   // empty when the model has none.
   DeviceBuffer<float> qkv_bias, o_bias, q_norm, k_norm;
@@ -94,9 +95,10 @@ struct GpuLayer {
   DeviceBuffer<float> shared_gate;
   size_t bytes() const {
     size_t total = 0;
-    for (const auto* b : {&attn_norm, &ffn_norm, &qkv_bias, &o_bias, &q_norm, &k_norm, &shared_gate}) total += b->bytes();
-    for (const auto* b : {&qkv, &wo, &gate_up, &down, &router, &experts_gate_up, &experts_down, &shared_gate_up,
-                          &shared_down}) {
+    for (const auto* b : {&attn_norm, &ffn_norm, &qkv_bias, &o_bias, &q_norm, &k_norm, &shared_gate})
+      total += b->bytes();
+    for (const auto* b :
+         {&qkv, &wo, &gate_up, &down, &router, &experts_gate_up, &experts_down, &shared_gate_up, &shared_down}) {
       total += b->bytes();
     }
     return total;

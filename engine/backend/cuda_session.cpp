@@ -395,8 +395,9 @@ Status CudaSession::enqueue_forward(int64_t T, const uint8_t* mask_dev, LogitRow
   // layer instead of 11 (add, norm, split, add, SwiGLU, split, add of the unfused path).
   // Not with the MoE FFN or the attention extras, which read and write plain f32 rows.
   const bool moe = c.is_moe(), extras = b.layers[0].extras(c).active();
-  const bool split_ops = !ffn_sparse && !moe && !extras && !c.output_bias && b.stacked(ld, dim, T) && b.stacked(dim, qd, T) && b.stacked(2 * ffn, dim, T) &&
-                         b.stacked(dim, ffn, T) && cuda::split_row_ops_fit(dim, ffn);
+  const bool split_ops = !ffn_sparse && !moe && !extras && !c.output_bias && b.stacked(ld, dim, T) &&
+                         b.stacked(dim, qd, T) && b.stacked(2 * ffn, dim, T) && b.stacked(dim, ffn, T) &&
+                         cuda::split_row_ops_fit(dim, ffn);
   bf16_bits* halves = b.x_bf16.get();
   // The new rows' block key min/max only where this forward's sparse selection reads it (a plan
   // with a config; a plan without one attends densely in every layer); else the commit

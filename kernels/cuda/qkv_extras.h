@@ -14,7 +14,7 @@ enum class QkNormKind { kNone, kPerHead, kFull };
 
 struct QkvExtrasParams {
   int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
-  const float* bias = nullptr;    // (q_dim + 2 kv_dim) f32, or null
+  const float* bias = nullptr;  // (q_dim + 2 kv_dim) f32, or null
   QkNormKind norm = QkNormKind::kNone;
   const float* q_norm = nullptr;  // kPerHead: (head_dim); kFull: (q_dim)
   const float* k_norm = nullptr;  // kPerHead: (head_dim); kFull: (kv_dim)

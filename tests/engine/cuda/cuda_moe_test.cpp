@@ -38,8 +38,7 @@ std::vector<float> gpu_prefill(CudaBackend& b, const std::vector<int32_t>& token
   EXPECT_TRUE(session) << (session ? "" : session.error().message);
   std::vector<float> logits(tokens.size() * static_cast<size_t>(b.config().vocab_size));
   if (!session) return logits;
-  const Status s =
-      (*session)->forward(tokens, positions_for(tokens.size()), nullptr, logits, LogitRows::All, context);
+  const Status s = (*session)->forward(tokens, positions_for(tokens.size()), nullptr, logits, LogitRows::All, context);
   EXPECT_TRUE(s) << (s ? "" : s.error().message);
   return logits;
 }
@@ -113,10 +112,11 @@ TEST_P(CudaMoeLayoutTest, LogitsRoutingAndDecodeMatchCpuAndTransformers) {
       }
     }
   }
-  std::printf("%s: worst relative L2 vs CPU (bf16 weights) %.2e, vs transformers %.2e; routing differs from "
-              "transformers' for %lld of %lld (layer, token) pairs\n",
-              layout.path.c_str(), worst_cpu, worst_hf, static_cast<long long>(differs_from_hf),
-              static_cast<long long>(routed));
+  std::printf(
+      "%s: worst relative L2 vs CPU (bf16 weights) %.2e, vs transformers %.2e; routing differs from "
+      "transformers' for %lld of %lld (layer, token) pairs\n",
+      layout.path.c_str(), worst_cpu, worst_hf, static_cast<long long>(differs_from_hf),
+      static_cast<long long>(routed));
 
   // Decoding one token at a time (the graphed decode step) gives the prefill's rows.
   const RefCase& c = cases[0];
@@ -128,23 +128,25 @@ TEST_P(CudaMoeLayoutTest, LogitsRoutingAndDecodeMatchCpuAndTransformers) {
     const std::vector<int32_t> one{c.tokens[t]}, pos{static_cast<int32_t>(t)};
     ASSERT_TRUE((*session)->forward(one, pos, nullptr, row, LogitRows::Last));
     (*session)->commit_all();
-    const std::vector<float> ref(all.begin() + static_cast<ptrdiff_t>(t * V), all.begin() + static_cast<ptrdiff_t>((t + 1) * V));
+    const std::vector<float> ref(all.begin() + static_cast<ptrdiff_t>(t * V),
+                                 all.begin() + static_cast<ptrdiff_t>((t + 1) * V));
     EXPECT_LE(rel_l2(row, ref), 1e-4) << layout.path << " decode step " << t;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Layouts, CudaMoeLayoutTest,
-    ::testing::Values(Layout{"qwen2moe", "qwen2moe"}, Layout{"qwen2moe.gguf", "qwen2moe"},
-                      Layout{"qwen3moe", "qwen3moe"}, Layout{"qwen3moe.gguf", "qwen3moe"},
-                      Layout{"mixtral", "mixtral"}, Layout{"mixtral.gguf", "mixtral"}, Layout{"olmoe", "olmoe"},
-                      Layout{"olmoe.gguf", "olmoe"}, Layout{"qwen3moe-q8_0.gguf", "qwen3moe-q8_0"}),
-    [](const ::testing::TestParamInfo<Layout>& info) {
-      std::string name = info.param.path;
-      std::replace_if(
-          name.begin(), name.end(), [](char ch) { return !std::isalnum(static_cast<unsigned char>(ch)); }, '_');
-      return name;
-    });
+INSTANTIATE_TEST_SUITE_P(Layouts, CudaMoeLayoutTest,
+                         ::testing::Values(Layout{"qwen2moe", "qwen2moe"}, Layout{"qwen2moe.gguf", "qwen2moe"},
+                                           Layout{"qwen3moe", "qwen3moe"}, Layout{"qwen3moe.gguf", "qwen3moe"},
+                                           Layout{"mixtral", "mixtral"}, Layout{"mixtral.gguf", "mixtral"},
+                                           Layout{"olmoe", "olmoe"}, Layout{"olmoe.gguf", "olmoe"},
+                                           Layout{"qwen3moe-q8_0.gguf", "qwen3moe-q8_0"}),
+                         [](const ::testing::TestParamInfo<Layout>& info) {
+                           std::string name = info.param.path;
+                           std::replace_if(
+                               name.begin(), name.end(),
+                               [](char ch) { return !std::isalnum(static_cast<unsigned char>(ch)); }, '_');
+                           return name;
+                         });
 
 // The skip rule on the GPU takes the CPU's decisions: the same skipped count for every (layer,
 // token), the same experts run, close logits, for each budget; budget 0 equals no skipping.
@@ -202,11 +204,12 @@ TEST(CudaMoeSkipping, CalibratedSkipsEqualTheCpusForEveryBudget) {
     }
     EXPECT_LE(at_threshold * 4, compared) << "budget " << budget << ": too few decisions away from a threshold";
     EXPECT_GT(gpu_sparse.moe_skipped, 0) << "budget " << budget << ": the thresholds skipped nothing";
-    std::printf("budget %d: %lld of %lld routed pairs skipped on the GPU (CPU %lld); %lld (layer, token) decisions "
-                "equal the CPU's, %lld at a threshold not compared\n",
-                budget, static_cast<long long>(gpu_sparse.moe_skipped), static_cast<long long>(gpu_sparse.moe_routed),
-                static_cast<long long>(cpu_sparse.moe_skipped), static_cast<long long>(compared),
-                static_cast<long long>(at_threshold));
+    std::printf(
+        "budget %d: %lld of %lld routed pairs skipped on the GPU (CPU %lld); %lld (layer, token) decisions "
+        "equal the CPU's, %lld at a threshold not compared\n",
+        budget, static_cast<long long>(gpu_sparse.moe_skipped), static_cast<long long>(gpu_sparse.moe_routed),
+        static_cast<long long>(cpu_sparse.moe_skipped), static_cast<long long>(compared),
+        static_cast<long long>(at_threshold));
   }
 }
 

@@ -2,12 +2,13 @@
 // rows, drawn fresh every run: every combination the four MoE layouts use (Qwen2-MoE biases,
 // Qwen3-MoE per-head norms with or without biases, OLMoE's whole-projection norms and clamp),
 // and the output bias. Both sides compute in f32, in different orders: within 1e-5 relative.
+#include "engine/model/qkv_extras.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
-#include "engine/model/qkv_extras.h"
 #include "kernels/cuda/qkv_extras.h"
 #include "tests/kernels/cuda/gpu_test_support.h"
 
@@ -67,8 +68,9 @@ TEST_F(QkvExtrasTest, EveryLayoutMatchesCpu) {
     p.n_heads = c.heads;
     p.n_kv_heads = c.kv_heads;
     p.head_dim = c.head_dim;
-    p.norm = c.norm == QkNorm::PerHead ? QkNormKind::kPerHead : c.norm == QkNorm::Full ? QkNormKind::kFull
-                                                                                       : QkNormKind::kNone;
+    p.norm = c.norm == QkNorm::PerHead ? QkNormKind::kPerHead
+             : c.norm == QkNorm::Full  ? QkNormKind::kFull
+                                       : QkNormKind::kNone;
     p.eps = cpu.eps;
     p.clip = c.clip;
     float* d_bias = c.bias ? testing::upload(cpu.qkv_bias) : nullptr;
