@@ -113,7 +113,8 @@ int main(int argc, char** argv) {
   generate
       ->add_option("--backend", gen.backend,
                    "Where the model runs: auto (cuda when a GPU is present and the run needs nothing CPU-only: int8, "
-                   "MoE, exact block scoring) | cpu | cuda; --draft-backend places layerskip and model drafts")
+                   "exact block scoring, a shape the GPU kernels lack) | cpu | cuda; --draft-backend places "
+                   "layerskip and model drafts")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
   generate->add_option("--synthetic", gen.synthetic,
