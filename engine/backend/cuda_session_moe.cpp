@@ -71,14 +71,20 @@ Status CudaSession::set_moe_skip(const SparseConfig& sc) {
 Status CudaSession::report_moe(int64_t T, const ForwardContext& context) {
   auto& b = *b_;
   const auto& c = b.cfg;
-  const int64_t k = c.n_experts_used, rows = c.n_layers * b.scratch_T;
-  std::vector<int32_t> ids(static_cast<size_t>(rows * k)), skipped(static_cast<size_t>(rows));
-  std::vector<float> weights(static_cast<size_t>(rows * k));
-  SPECULA_CUDA_TRY(cudaMemcpy(ids.data(), b.moe_ids.get(), ids.size() * 4, cudaMemcpyDeviceToHost), "MoE routing");
-  SPECULA_CUDA_TRY(cudaMemcpy(weights.data(), b.moe_weights.get(), weights.size() * 4, cudaMemcpyDeviceToHost),
-                   "MoE routing");
-  SPECULA_CUDA_TRY(cudaMemcpy(skipped.data(), b.moe_skipped.get(), skipped.size() * 4, cudaMemcpyDeviceToHost),
-                   "MoE routing");
+  // Only this forward's T rows of each layer's records (their stride is scratch_T rows, which a
+  // long prefill leaves large): one strided copy an array, into (n_layers, T) on the host.
+  const int64_t k = c.n_experts_used, L = c.n_layers;
+  std::vector<int32_t> ids(static_cast<size_t>(L * T * k)), skipped(static_cast<size_t>(L * T));
+  std::vector<float> weights(static_cast<size_t>(L * T * k));
+  const auto download = [&](void* dst, const void* src, int64_t row_bytes) -> Status {
+    SPECULA_CUDA_TRY(cudaMemcpy2D(dst, T * row_bytes, src, b.scratch_T * row_bytes, T * row_bytes, L,
+                                  cudaMemcpyDeviceToHost),
+                     "MoE routing download");
+    return {};
+  };
+  if (auto ok = download(ids.data(), b.moe_ids.get(), k * 4); !ok) return ok;
+  if (auto ok = download(weights.data(), b.moe_weights.get(), k * 4); !ok) return ok;
+  if (auto ok = download(skipped.data(), b.moe_skipped.get(), 4); !ok) return ok;
   Observer* observer = context.observer;
   for (int64_t l = 0; l < c.n_layers; ++l) {
     MoeLayerStats local;
@@ -87,7 +93,7 @@ Status CudaSession::report_moe(int64_t T, const ForwardContext& context) {
     stats.n_experts = static_cast<int32_t>(c.n_experts);
     stats.tokens.resize(static_cast<size_t>(T));
     for (int64_t t = 0; t < T; ++t) {
-      const int64_t row = l * b.scratch_T + t;
+      const int64_t row = l * T + t;
       MoeTokenRouting& r = stats.tokens[static_cast<size_t>(t)];
       r.experts.assign(ids.begin() + row * k, ids.begin() + (row + 1) * k);
       r.weights.assign(weights.begin() + row * k, weights.begin() + (row + 1) * k);

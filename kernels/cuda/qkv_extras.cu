@@ -2,16 +2,15 @@
 
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/warp_dot.cuh"
+
 namespace specula::cuda {
 namespace {
 
+using warp_dot::warp_sum;
+
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 // x[0..n) = x / rms(x) · w by one warp (the CPU's rmsnorm; its sum is in double, this one in
 // f32: n ≤ a few thousand, far inside bf16's error).
