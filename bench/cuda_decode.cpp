@@ -23,10 +23,12 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <vector>
@@ -53,7 +55,29 @@ struct RunResult {
   // Per decode step, summed: forward() or forward_greedy() (graph replay, the download, the
   // wait) and, with the host argmax, the scan of the downloaded row.
   double forward_s = 0, host_argmax_s = 0;
+  // Host argmax only: non-finite logits seen over the steps, and the smallest gap between a
+  // step's largest and second-largest logit (a near tie makes the two picks fragile).
+  int64_t nonfinite_logits = 0;
+  double min_top2_gap = std::numeric_limits<double>::infinity();
 };
+
+// Counts non-finite entries of a step's logits and narrows r's top-2 gap.
+void inspect_logits(const std::vector<float>& v, RunResult& r) {
+  float first = -std::numeric_limits<float>::infinity(), second = first;
+  for (const float x : v) {
+    if (!std::isfinite(x)) {
+      ++r.nonfinite_logits;
+      continue;
+    }
+    if (x > first) {
+      second = first;
+      first = x;
+    } else if (x > second) {
+      second = x;
+    }
+  }
+  r.min_top2_gap = std::min(r.min_top2_gap, static_cast<double>(first) - static_cast<double>(second));
+}
 
 int argmax(const std::vector<float>& v) { return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin()); }
 
@@ -106,6 +130,7 @@ specula::Expected<RunResult> run_once(specula::TransformerBackend& backend, cons
       tok = argmax(logits);
       r.forward_s += seconds(a, b);
       r.host_argmax_s += seconds(b, Clock::now());
+      inspect_logits(logits, r);
     }
     (*session)->commit_all();
   }
@@ -114,6 +139,15 @@ specula::Expected<RunResult> run_once(specula::TransformerBackend& backend, cons
   r.decode_s = std::chrono::duration<double>(t2 - t1).count();
   r.decoded = tokens;
   return r;
+}
+
+// The first step where two token lists differ, -1 where they are equal.
+int64_t first_difference(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  const size_t n = std::min(a.size(), b.size());
+  for (size_t i = 0; i < n; ++i) {
+    if (a[i] != b[i]) return static_cast<int64_t>(i);
+  }
+  return a.size() == b.size() ? -1 : static_cast<int64_t>(n);
 }
 
 double median(std::vector<double> v) {
@@ -460,6 +494,10 @@ int main(int argc, char** argv) {
   // The two ways of picking a step's token, alternating run by run (same clocks, same cache).
   std::vector<double> tps, prefill_ms, host_tps, step_us, host_forward_us, host_argmax_us;
   std::vector<int32_t> first_tokens, host_first_tokens;
+  // Whether every repetition of a pick gave its first run's tokens (run-to-run determinism).
+  bool device_runs_equal = true, host_runs_equal = true;
+  int64_t nonfinite_logits = 0;
+  double min_top2_gap = std::numeric_limits<double>::infinity();
   for (int r = 0; r < reps; ++r) {
     auto run = run_once(*backend, prompt, tokens, {}, kv_capacity, Pick::kDevice);
     if (!run) return fail(run.error().message);
@@ -467,12 +505,16 @@ int main(int argc, char** argv) {
     step_us.push_back(run->forward_s / run->decoded * 1e6);
     prefill_ms.push_back(run->prefill_ms);
     if (r == 0) first_tokens = run->tokens;
+    device_runs_equal = device_runs_equal && run->tokens == first_tokens;
     auto host = run_once(*backend, prompt, tokens, {}, kv_capacity, Pick::kHostArgmax);
     if (!host) return fail(host.error().message);
     host_tps.push_back(host->decoded / host->decode_s);
     host_forward_us.push_back(host->forward_s / host->decoded * 1e6);
     host_argmax_us.push_back(host->host_argmax_s / host->decoded * 1e6);
     if (r == 0) host_first_tokens = host->tokens;
+    host_runs_equal = host_runs_equal && host->tokens == host_first_tokens;
+    nonfinite_logits += host->nonfinite_logits;
+    min_top2_gap = std::min(min_top2_gap, host->min_top2_gap);
   }
   std::fprintf(stderr,
                "decode: %.0f tokens/s with the argmax on the GPU (forward_greedy %.1f us a step); %.0f tokens/s with "
@@ -506,6 +548,11 @@ int main(int argc, char** argv) {
         {"forward_us_per_step_median", median(host_forward_us)},
         {"host_argmax_us_per_step_median", median(host_argmax_us)}}},
       {"tokens_equal_to_host_argmax", first_tokens == host_first_tokens},
+      {"first_differing_step", first_difference(first_tokens, host_first_tokens)},
+      {"device_pick_runs_equal", device_runs_equal},
+      {"host_pick_runs_equal", host_runs_equal},
+      {"host_pick_nonfinite_logits", nonfinite_logits},
+      {"host_pick_min_top2_logit_gap", min_top2_gap},
       {"prefill_ms_runs", prefill_ms},
       {"weight_bytes_per_token", weight_bytes},
       {"weight_read_gb_per_s_median", weight_bytes * median(tps) / 1e9},
