@@ -12,7 +12,7 @@
 namespace specula::cuda {
 namespace {
 
-using warp_dot::dot_rows;
+using warp_dot::dot_rows_streamed;
 using warp_dot::warp_sum;
 
 constexpr int kWarps = 8;  // one output channel or column per warp
@@ -169,10 +169,16 @@ __device__ __forceinline__ bool group_of(const int32_t* active, const int32_t* n
   }
 }
 
+// Weight steps a lane loads ahead (dot_rows_streamed's U) for a pass of P rows: the
+// one-row pass takes 8 (a whole 2048-wide gate/up row pair: 64 registers of weights), more rows
+// fewer, so their accumulators and activations fit.
+__host__ __device__ constexpr int steps_ahead(int P) { return P == 1 ? 8 : P <= 4 ? 4 : P <= 8 ? 2 : 1; }
+
 // act[row][f] = silu(x · gate_e[f]) · (x · up_e[f]) for the group's rows, x = xn of the row's
-// token; a warp per channel f, rows in passes of TC (two weight rows, so TC ≤ 16).
+// token; a warp per channel f, rows in passes of at most TC (two weight rows, so TC ≤ 16), each
+// pass sized by the rows left (with_pass_rows).
 template <int TC, bool kShared>
-__global__ void __launch_bounds__(kWarps * 32) expert_gate_up_kernel(
+__global__ void __launch_bounds__(kWarps * 32, 2) expert_gate_up_kernel(
     const bf16_bits* __restrict__ gate_up, int64_t ffn, int64_t dim, const float* __restrict__ xn, int64_t ld_x, int T,
     const int32_t* __restrict__ active, const int32_t* __restrict__ n_active, const int32_t* __restrict__ expert_rows,
     const int32_t* __restrict__ expert_first, const int32_t* __restrict__ pair_token, float* __restrict__ act) {
@@ -185,25 +191,31 @@ __global__ void __launch_bounds__(kWarps * 32) expert_gate_up_kernel(
   const uint16_t* const w[2] = {base + f * dim, base + (ffn + f) * dim};
   for (int r0 = 0; r0 < g.rows; r0 += TC) {
     const int n = g.rows - r0 < TC ? g.rows - r0 : TC;
-    const float* x[TC];
+    warp_dot::with_pass_rows<TC>(n, [&](auto pc) {
+      constexpr int P = decltype(pc)::value;
+      const float* x[P];
 #pragma unroll
-    for (int t = 0; t < TC; ++t) {
-      const int row = g.first + r0 + (t < n ? t : 0);
-      x[t] = xn + (kShared ? row : pair_token[row]) * ld_x;
-    }
-    float acc[2][TC] = {};
-    dot_rows<TC, 2>(w, nullptr, dim / 8, x, n, acc);
+      for (int t = 0; t < P; ++t) {
+        const int row = g.first + r0 + (t < n ? t : n - 1);
+        x[t] = xn + (kShared ? row : pair_token[row]) * ld_x;
+      }
+      float acc[2][P] = {};
+      dot_rows_streamed<P, 2, steps_ahead(P)>(w, dim / 8, x, acc);
 #pragma unroll
-    for (int t = 0; t < TC; ++t) {
-      const float gate = warp_sum(acc[0][t]), up = warp_sum(acc[1][t]);
-      if (lane == 0 && t < n) act[(g.first + r0 + t) * ffn + f] = silu(gate) * up;
-    }
+      for (int t = 0; t < P; ++t) {
+        if (t < n) {  // uniform over the warp
+          const float gate = warp_sum(acc[0][t]), up = warp_sum(acc[1][t]);
+          if (lane == 0) act[(g.first + r0 + t) * ffn + f] = silu(gate) * up;
+        }
+      }
+    });
   }
 }
 
-// out[row][d] = down_e[d] · act[row] for the group's rows; a warp per output column d.
+// out[row][d] = down_e[d] · act[row] for the group's rows; a warp per output column d, passes as
+// in expert_gate_up_kernel.
 template <int TC, bool kShared>
-__global__ void __launch_bounds__(kWarps * 32) expert_down_kernel(
+__global__ void __launch_bounds__(kWarps * 32, 2) expert_down_kernel(
     const bf16_bits* __restrict__ down, int64_t ffn, int64_t dim, int T, const int32_t* __restrict__ active,
     const int32_t* __restrict__ n_active, const int32_t* __restrict__ expert_rows,
     const int32_t* __restrict__ expert_first, const float* __restrict__ act, float* __restrict__ out) {
@@ -215,16 +227,21 @@ __global__ void __launch_bounds__(kWarps * 32) expert_down_kernel(
   const uint16_t* const w[1] = {down + (static_cast<int64_t>(g.expert) * dim + d) * ffn};
   for (int r0 = 0; r0 < g.rows; r0 += TC) {
     const int n = g.rows - r0 < TC ? g.rows - r0 : TC;
-    const float* x[TC];
+    warp_dot::with_pass_rows<TC>(n, [&](auto pc) {
+      constexpr int P = decltype(pc)::value;
+      const float* x[P];
 #pragma unroll
-    for (int t = 0; t < TC; ++t) x[t] = act + (g.first + r0 + (t < n ? t : 0)) * ffn;
-    float acc[1][TC] = {};
-    dot_rows<TC, 1>(w, nullptr, ffn / 8, x, n, acc);
+      for (int t = 0; t < P; ++t) x[t] = act + (g.first + r0 + (t < n ? t : n - 1)) * ffn;
+      float acc[1][P] = {};
+      dot_rows_streamed<P, 1, steps_ahead(P)>(w, ffn / 8, x, acc);
 #pragma unroll
-    for (int t = 0; t < TC; ++t) {
-      const float s = warp_sum(acc[0][t]);
-      if (lane == 0 && t < n) out[(g.first + r0 + t) * dim + d] = s;
-    }
+      for (int t = 0; t < P; ++t) {
+        if (t < n) {
+          const float s = warp_sum(acc[0][t]);
+          if (lane == 0) out[(g.first + r0 + t) * dim + d] = s;
+        }
+      }
+    });
   }
 }
 

@@ -65,6 +65,87 @@ __device__ __forceinline__ void dot_rows(const uint16_t* const (&w)[R], const in
   }
 }
 
+// dot_rows without a gather list, for a pass whose every x[t] (t < TC) points at a valid row
+// (callers repeat the pass's last row as padding, whose sums they drop): the weights of U steps
+// (U·R 16-byte loads a lane) are all issued before the first product, and no activation load
+// sits behind a branch. dot_rows waits a full memory round trip per step and, past one row, per
+// row (its `if (t < n)`); the MoE's experts have 1-4 steps a lane (dim 2048, expert FFN 1024) and
+// few rows, so that latency chain, not the bytes, was their time (39-40% of copy bandwidth on
+// OLMoE's and Qwen1.5-MoE's decode, bench/results/moe_e2e_s15_h200_2026-12-01.json). Each
+// acc[r][t] is summed in dot_rows' order: k8 ascending, the same 8-term expression.
+template <int TC, int R, int U>
+__device__ __forceinline__ void dot_rows_streamed(const uint16_t* const (&w)[R], int64_t K8,
+                                                  const float* const (&x)[TC], float (&acc)[R][TC]) {
+  const int lane = threadIdx.x & 31;
+  for (int64_t base = lane; base < K8; base += 32 * U) {
+    uint4 wv[U][R];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t k8 = base + 32 * u;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        wv[u][r] = k8 < K8 ? __ldg(reinterpret_cast<const uint4*>(w[r]) + k8) : make_uint4(0, 0, 0, 0);
+      }
+    }
+    // Left alone, ptxas issues each step's weight loads after the previous step's products (fewer
+    // registers), a round trip a step. `hold` is 0 at run time (K8 < 2^40), but it depends on every
+    // load, and every activation address adds it: all U·R loads must be issued first.
+    uint32_t loaded = 0;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) loaded |= wv[u][r].x;
+    }
+    const int64_t hold = static_cast<int64_t>(loaded & static_cast<uint32_t>(K8 >> 40));
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t k8 = base + 32 * u;
+      const int64_t kx = (k8 < K8 ? k8 : K8 - 1) + hold;  // the tail's loads stay in the row; not summed
+#pragma unroll
+      for (int t = 0; t < TC; ++t) {
+        // Activations were written by an earlier kernel: plain loads, not the read-only path.
+        const float4* xr = reinterpret_cast<const float4*>(x[t]) + 2 * kx;
+        const float4 a = xr[0], b = xr[1];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const float wf[8] = {lo_bf16(wv[u][r].x), hi_bf16(wv[u][r].x), lo_bf16(wv[u][r].y), hi_bf16(wv[u][r].y),
+                               lo_bf16(wv[u][r].z), hi_bf16(wv[u][r].z), lo_bf16(wv[u][r].w), hi_bf16(wv[u][r].w)};
+          const float d = wf[0] * a.x + wf[1] * a.y + wf[2] * a.z + wf[3] * a.w + wf[4] * b.x + wf[5] * b.y +
+                          wf[6] * b.z + wf[7] * b.w;
+          if (k8 < K8) acc[r][t] += d;
+        }
+      }
+    }
+  }
+}
+
+// Runs fn(std::integral_constant<int, P>{}) for the smallest P ∈ {1, 2, 4, 8, 16, 32}, P ≤ Max,
+// that holds n rows (n ≤ Max): a block's pass sized by its own rows (an expert's), not the launch's.
+template <int Max, typename Fn>
+__device__ __forceinline__ void with_pass_rows(int n, Fn&& fn) {
+  if (Max == 1 || n <= 1) {
+    fn(std::integral_constant<int, 1>{});
+  } else if constexpr (Max >= 2) {
+    if (Max == 2 || n <= 2) {
+      fn(std::integral_constant<int, 2>{});
+    } else if constexpr (Max >= 4) {
+      if (Max == 4 || n <= 4) {
+        fn(std::integral_constant<int, 4>{});
+      } else if constexpr (Max >= 8) {
+        if (Max == 8 || n <= 8) {
+          fn(std::integral_constant<int, 8>{});
+        } else if constexpr (Max >= 16) {
+          if (Max == 16 || n <= 16) {
+            fn(std::integral_constant<int, 16>{});
+          } else if constexpr (Max >= 32) {
+            fn(std::integral_constant<int, 32>{});
+          }
+        }
+      }
+    }
+  }
+}
+
 // Dispatches a kernel template on the activation rows per pass, TC ∈ {1, 2, 4, 8, 16, 32} and
 // TC ≤ Max, for `rows` rows: fn(std::integral_constant<int, TC>{}). Callers loop passes of TC.
 template <int Max, typename Fn>
