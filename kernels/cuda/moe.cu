@@ -169,10 +169,20 @@ __device__ __forceinline__ bool group_of(const int32_t* active, const int32_t* n
   }
 }
 
-// Weight steps a lane loads ahead (dot_rows_streamed's U) for a pass of P rows: the
-// one-row pass takes 8 (a whole 2048-wide gate/up row pair: 64 registers of weights), more rows
-// fewer, so their accumulators and activations fit.
-__host__ __device__ constexpr int steps_ahead(int P) { return P == 1 ? 8 : P <= 4 ? 4 : P <= 8 ? 2 : 1; }
+// Weight steps a lane loads ahead (dot_rows_streamed's U) for a pass of P rows against R weight
+// rows: 16 loads (64 registers) at one row (gate_up's row pair over a 2048-wide dim is one batch
+// of 8), at most 8 steps (each step's activations are loaded ahead too), fewer as more rows need
+// registers for their accumulators and activations.
+__host__ __device__ constexpr int steps_ahead(int P, int R) {
+  const int loads = P == 1 ? 16 : P <= 4 ? 8 : P <= 8 ? 4 : R;
+  return loads / R > 8 ? 8 : loads / R > 0 ? loads / R : 1;
+}
+
+// Output columns per warp of the down projection for launches of at most TC rows an expert: its
+// rows are short (K = expert FFN, 1024-1408 on OLMoE and Qwen: 4-6 steps a lane), so one column
+// a warp left 2 KB in flight a warp behind a 3-4 round-trip chain of routing loads (21.8 us a
+// layer for 33.5 MB on the H200 at one row, 36% of copy). More columns a warp share that chain.
+__host__ __device__ constexpr int down_columns(int TC) { return TC == 1 ? 4 : TC <= 4 ? 2 : 1; }
 
 // act[row][f] = silu(x · gate_e[f]) · (x · up_e[f]) for the group's rows, x = xn of the row's
 // token; a warp per channel f, rows in passes of at most TC (two weight rows, so TC ≤ 16), each
@@ -200,7 +210,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) expert_gate_up_kernel(
         x[t] = xn + (kShared ? row : pair_token[row]) * ld_x;
       }
       float acc[2][P] = {};
-      dot_rows_streamed<P, 2, steps_ahead(P)>(w, dim / 8, x, acc);
+      dot_rows_streamed<P, 2, steps_ahead(P, 2)>(w, dim / 8, x, acc);
 #pragma unroll
       for (int t = 0; t < P; ++t) {
         if (t < n) {  // uniform over the warp
@@ -212,19 +222,22 @@ __global__ void __launch_bounds__(kWarps * 32, 2) expert_gate_up_kernel(
   }
 }
 
-// out[row][d] = down_e[d] · act[row] for the group's rows; a warp per output column d, passes as
-// in expert_gate_up_kernel.
+// out[row][d] = down_e[d] · act[row] for the group's rows; a warp per R = down_columns(TC)
+// output columns d0..d0+R (dim % 8 == 0, so dim % R == 0), passes as in expert_gate_up_kernel.
 template <int TC, bool kShared>
 __global__ void __launch_bounds__(kWarps * 32, 2) expert_down_kernel(
     const bf16_bits* __restrict__ down, int64_t ffn, int64_t dim, int T, const int32_t* __restrict__ active,
     const int32_t* __restrict__ n_active, const int32_t* __restrict__ expert_rows,
     const int32_t* __restrict__ expert_first, const float* __restrict__ act, float* __restrict__ out) {
+  constexpr int R = down_columns(TC);
   Group g;
   if (!group_of<kShared>(active, n_active, expert_rows, expert_first, T, &g)) return;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t d = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
-  if (d >= dim) return;
-  const uint16_t* const w[1] = {down + (static_cast<int64_t>(g.expert) * dim + d) * ffn};
+  const int64_t d0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * R;
+  if (d0 >= dim) return;
+  const uint16_t* w[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) w[r] = down + (static_cast<int64_t>(g.expert) * dim + d0 + r) * ffn;
   for (int r0 = 0; r0 < g.rows; r0 += TC) {
     const int n = g.rows - r0 < TC ? g.rows - r0 : TC;
     warp_dot::with_pass_rows<TC>(n, [&](auto pc) {
@@ -232,13 +245,16 @@ __global__ void __launch_bounds__(kWarps * 32, 2) expert_down_kernel(
       const float* x[P];
 #pragma unroll
       for (int t = 0; t < P; ++t) x[t] = act + (g.first + r0 + (t < n ? t : n - 1)) * ffn;
-      float acc[1][P] = {};
-      dot_rows_streamed<P, 1, steps_ahead(P)>(w, ffn / 8, x, acc);
+      float acc[R][P] = {};
+      dot_rows_streamed<P, R, steps_ahead(P, R)>(w, ffn / 8, x, acc);
 #pragma unroll
       for (int t = 0; t < P; ++t) {
         if (t < n) {
-          const float s = warp_sum(acc[0][t]);
-          if (lane == 0) out[(g.first + r0 + t) * dim + d] = s;
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            const float v = warp_sum(acc[r][t]);
+            if (lane == 0) out[(g.first + r0 + t) * dim + d0 + r] = v;
+          }
         }
       }
     });
@@ -347,7 +363,7 @@ void moe_experts(const MoeShape& s, const MoeDeviceWeights& w, const float* xn, 
   });
   warp_dot::with_rows<32>(T, [&](auto tc) {
     constexpr int TC = decltype(tc)::value;
-    expert_down_kernel<TC, false><<<dim3(blocks_for(s.dim), slots), kWarps * 32, 0, stream>>>(
+    expert_down_kernel<TC, false><<<dim3(blocks_for(s.dim / down_columns(TC)), slots), kWarps * 32, 0, stream>>>(
         w.down, s.expert_ffn, s.dim, rows, m.active, m.n_active, m.expert_rows, m.expert_first, m.act, m.out);
   });
 }
@@ -367,7 +383,7 @@ bool moe_shared_expert(const MoeShape& s, const MoeDeviceWeights& w, const float
   });
   warp_dot::with_rows<32>(T, [&](auto tc) {
     constexpr int TC = decltype(tc)::value;
-    expert_down_kernel<TC, true><<<dim3(blocks_for(s.dim), 1), kWarps * 32, 0, stream>>>(
+    expert_down_kernel<TC, true><<<dim3(blocks_for(s.dim / down_columns(TC)), 1), kWarps * 32, 0, stream>>>(
         w.shared_down, s.shared_ffn, s.dim, rows, nullptr, nullptr, nullptr, nullptr, m.shared_act, m.shared_out);
   });
   return true;
