@@ -6,6 +6,7 @@
 
 #include <type_traits>
 
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/skinny_gemm.h"
 #include "kernels/cuda/warp_dot.cuh"
 
@@ -33,6 +34,8 @@ __global__ void __launch_bounds__(32) route_kernel(const float* __restrict__ log
                                                    int32_t* __restrict__ skipped, float* __restrict__ shared_scale) {
   __shared__ float p[kMoeMaxExperts];
   __shared__ float chosen[kMoeMaxTopK];
+  pdl_trigger();
+  pdl_wait();  // the router logits
   const int t = blockIdx.x, lane = threadIdx.x;
   const float* l = logits + static_cast<int64_t>(t) * E;
   float m = -INFINITY;
@@ -111,6 +114,8 @@ __global__ void __launch_bounds__(kBucketThreads) bucket_kernel(const int32_t* _
   __shared__ int rows[kMoeMaxExperts];
   __shared__ int first[kMoeMaxExperts];
   __shared__ int pair_expert[kMoeMaxTokens * kMoeMaxTopK];  // −1: skipped
+  pdl_trigger();
+  pdl_wait();  // the routing
   const int tid = threadIdx.x, P = T * k;
   if (tid < E) rows[tid] = 0;
   __syncthreads();
@@ -192,6 +197,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) expert_gate_up_kernel(
     const bf16_bits* __restrict__ gate_up, int64_t ffn, int64_t dim, const float* __restrict__ xn, int64_t ld_x, int T,
     const int32_t* __restrict__ active, const int32_t* __restrict__ n_active, const int32_t* __restrict__ expert_rows,
     const int32_t* __restrict__ expert_first, const int32_t* __restrict__ pair_token, float* __restrict__ act) {
+  pdl_trigger();
+  pdl_wait();  // the buckets (and activations); the expert, so its weights, is known only after
   Group g;
   if (!group_of<kShared>(active, n_active, expert_rows, expert_first, T, &g)) return;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -230,6 +237,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) expert_down_kernel(
     const int32_t* __restrict__ n_active, const int32_t* __restrict__ expert_rows,
     const int32_t* __restrict__ expert_first, const float* __restrict__ act, float* __restrict__ out) {
   constexpr int R = down_columns(TC);
+  pdl_trigger();
+  pdl_wait();  // the buckets (and activations); the expert, so its weights, is known only after
   Group g;
   if (!group_of<kShared>(active, n_active, expert_rows, expert_first, T, &g)) return;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -267,6 +276,8 @@ __global__ void combine_kernel(int k, int64_t dim, const float* __restrict__ wei
                                const float* __restrict__ out, const float* __restrict__ shared_scale,
                                const float* __restrict__ shared_out, float* __restrict__ y, int64_t ldy,
                                bool accumulate) {
+  pdl_trigger();
+  pdl_wait();  // the expert rows
   const int t = blockIdx.y;
   const int64_t d = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (d >= dim) return;
@@ -340,12 +351,12 @@ bool moe_route(const MoeShape& s, const MoeDeviceWeights& w, const float* xn, in
   if (!skinny_gemm(w.router, s.n_experts, s.dim, xn, ld_x, T, m.logits, s.n_experts, false, stream)) return false;
   const int rows = static_cast<int>(T), k = static_cast<int>(s.top_k), E = static_cast<int>(s.n_experts);
   const bool skipping = skip != nullptr && skip->budget > 0 && skip->thresholds != nullptr;
-  route_kernel<<<rows, 32, 0, stream>>>(m.logits, E, k, s.normalize, xn, ld_x, s.dim,
-                                        shared ? w.shared_gate : nullptr, skipping ? skip->thresholds : nullptr,
-                                        skipping ? skip->n_thresholds : 0, skipping ? skip->budget : 0, m.ids,
-                                        m.weights, m.skipped, m.shared_scale);
-  bucket_kernel<<<1, kBucketThreads, 0, stream>>>(m.ids, m.skipped, rows, k, E, m.expert_rows, m.expert_first,
-                                                  m.active, m.n_active, m.pair_token, m.pair_row);
+  launch_pdl(route_kernel, dim3(rows), dim3(32), 0, stream, m.logits, E, k, s.normalize, xn, ld_x, s.dim,
+             shared ? w.shared_gate : nullptr, skipping ? skip->thresholds : nullptr,
+             skipping ? skip->n_thresholds : 0, skipping ? skip->budget : 0, m.ids, m.weights, m.skipped,
+             m.shared_scale);
+  launch_pdl(bucket_kernel, dim3(1), dim3(kBucketThreads), 0, stream, m.ids, m.skipped, rows, k, E, m.expert_rows,
+             m.expert_first, m.active, m.n_active, m.pair_token, m.pair_row);
   return true;
 }
 
@@ -357,14 +368,14 @@ void moe_experts(const MoeShape& s, const MoeDeviceWeights& w, const float* xn, 
   // Rows per expert: at most T (a token routes to an expert once).
   warp_dot::with_rows<16>(T, [&](auto tc) {
     constexpr int TC = decltype(tc)::value;
-    expert_gate_up_kernel<TC, false><<<dim3(blocks_for(s.expert_ffn), slots), kWarps * 32, 0, stream>>>(
+    launch_pdl(expert_gate_up_kernel<TC, false>, dim3(blocks_for(s.expert_ffn), slots), dim3(kWarps * 32), 0, stream,
         w.gate_up, s.expert_ffn, s.dim, xn, ld_x, rows, m.active, m.n_active, m.expert_rows, m.expert_first,
         m.pair_token, m.act);
   });
   warp_dot::with_rows<32>(T, [&](auto tc) {
     constexpr int TC = decltype(tc)::value;
-    expert_down_kernel<TC, false><<<dim3(blocks_for(s.dim / down_columns(TC)), slots), kWarps * 32, 0, stream>>>(
-        w.down, s.expert_ffn, s.dim, rows, m.active, m.n_active, m.expert_rows, m.expert_first, m.act, m.out);
+    launch_pdl(expert_down_kernel<TC, false>, dim3(blocks_for(s.dim / down_columns(TC)), slots), dim3(kWarps * 32), 0,
+        stream, w.down, s.expert_ffn, s.dim, rows, m.active, m.n_active, m.expert_rows, m.expert_first, m.act, m.out);
   });
 }
 
@@ -377,22 +388,22 @@ bool moe_shared_expert(const MoeShape& s, const MoeDeviceWeights& w, const float
   const int rows = static_cast<int>(T);
   warp_dot::with_rows<16>(T, [&](auto tc) {
     constexpr int TC = decltype(tc)::value;
-    expert_gate_up_kernel<TC, true><<<dim3(blocks_for(s.shared_ffn), 1), kWarps * 32, 0, stream>>>(
+    launch_pdl(expert_gate_up_kernel<TC, true>, dim3(blocks_for(s.shared_ffn), 1), dim3(kWarps * 32), 0, stream,
         w.shared_gate_up, s.shared_ffn, s.dim, xn, ld_x, rows, nullptr, nullptr, nullptr, nullptr, nullptr,
         m.shared_act);
   });
   warp_dot::with_rows<32>(T, [&](auto tc) {
     constexpr int TC = decltype(tc)::value;
-    expert_down_kernel<TC, true><<<dim3(blocks_for(s.dim / down_columns(TC)), 1), kWarps * 32, 0, stream>>>(
-        w.shared_down, s.shared_ffn, s.dim, rows, nullptr, nullptr, nullptr, nullptr, m.shared_act, m.shared_out);
+    launch_pdl(expert_down_kernel<TC, true>, dim3(blocks_for(s.dim / down_columns(TC)), 1), dim3(kWarps * 32), 0,
+        stream, w.shared_down, s.shared_ffn, s.dim, rows, nullptr, nullptr, nullptr, nullptr, m.shared_act, m.shared_out);
   });
   return true;
 }
 
 void moe_combine(const MoeShape& s, int64_t T, const float* shared_out, float* y, int64_t ldy, bool accumulate,
                  const MoeScratch& m, cudaStream_t stream) {
-  combine_kernel<<<dim3(static_cast<unsigned>((s.dim + 255) / 256), static_cast<unsigned>(T)), 256, 0, stream>>>(
-      static_cast<int>(s.top_k), s.dim, m.weights, m.pair_row, m.out, m.shared_scale,
+  launch_pdl(combine_kernel, dim3(static_cast<unsigned>((s.dim + 255) / 256), static_cast<unsigned>(T)), dim3(256), 0,
+      stream, static_cast<int>(s.top_k), s.dim, m.weights, m.pair_row, m.out, m.shared_scale,
       s.shared_ffn > 0 ? shared_out : nullptr, y, ldy, accumulate);
 }
 
