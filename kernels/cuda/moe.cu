@@ -183,11 +183,11 @@ __host__ __device__ constexpr int steps_ahead(int P, int R) {
   return loads / R > 8 ? 8 : loads / R > 0 ? loads / R : 1;
 }
 
-// Output columns per warp of the down projection for launches of at most TC rows an expert: its
+// Output columns per warp of the down projection for passes of at most TC rows an expert: its
 // rows are short (K = expert FFN, 1024-1408 on OLMoE and Qwen: 4-6 steps a lane), so one column
 // a warp left 2 KB in flight a warp behind a 3-4 round-trip chain of routing loads (21.8 us a
 // layer for 33.5 MB on the H200 at one row, 36% of copy). More columns a warp share that chain.
-__host__ __device__ constexpr int down_columns(int TC) { return TC == 1 ? 4 : TC <= 4 ? 2 : 1; }
+__host__ __device__ constexpr int down_columns(int TC) { return TC == 1 ? 4 : TC <= 8 ? 2 : 1; }
 
 // act[row][f] = silu(x · gate_e[f]) · (x · up_e[f]) for the group's rows, x = xn of the row's
 // token; a warp per channel f, rows in passes of at most TC (two weight rows, so TC ≤ 16), each
@@ -365,14 +365,17 @@ void moe_experts(const MoeShape& s, const MoeDeviceWeights& w, const float* xn, 
   const int rows = static_cast<int>(T);
   // A grid row per expert that can be active: no more than the pairs, nor the experts.
   const auto slots = static_cast<unsigned>(T * s.top_k < s.n_experts ? T * s.top_k : s.n_experts);
-  // Rows per expert: at most T (a token routes to an expert once).
-  warp_dot::with_rows<16>(T, [&](auto tc) {
+  // Rows per expert: at most T (a token routes to an expert once). Passes of at most 8 rows: a
+  // larger pass's kernel (16-32 accumulators a weight row) spilled and ran its 1-4-row experts,
+  // a verify's, at 2 blocks an SM; an expert with more rows (a prefill chunk's) takes more passes
+  // over its weights, the later ones from L2.
+  warp_dot::with_rows<8>(T, [&](auto tc) {
     constexpr int TC = decltype(tc)::value;
     launch_pdl(expert_gate_up_kernel<TC, false>, dim3(blocks_for(s.expert_ffn), slots), dim3(kWarps * 32), 0, stream,
         w.gate_up, s.expert_ffn, s.dim, xn, ld_x, rows, m.active, m.n_active, m.expert_rows, m.expert_first,
         m.pair_token, m.act);
   });
-  warp_dot::with_rows<32>(T, [&](auto tc) {
+  warp_dot::with_rows<8>(T, [&](auto tc) {
     constexpr int TC = decltype(tc)::value;
     launch_pdl(expert_down_kernel<TC, false>, dim3(blocks_for(s.dim / down_columns(TC)), slots), dim3(kWarps * 32), 0,
         stream, w.down, s.expert_ffn, s.dim, rows, m.active, m.n_active, m.expert_rows, m.expert_first, m.act, m.out);

@@ -150,19 +150,21 @@ __device__ __forceinline__ void with_pass_rows(int n, Fn&& fn) {
 // TC ≤ Max, for `rows` rows: fn(std::integral_constant<int, TC>{}). Callers loop passes of TC.
 template <int Max, typename Fn>
 void with_rows(int64_t rows, Fn&& fn) {
-  static_assert(Max == 16 || Max == 32);
+  static_assert(Max == 8 || Max == 16 || Max == 32);
   if (rows <= 1) {
     fn(std::integral_constant<int, 1>{});
   } else if (rows <= 2) {
     fn(std::integral_constant<int, 2>{});
   } else if (rows <= 4) {
     fn(std::integral_constant<int, 4>{});
-  } else if (rows <= 8) {
+  } else if (rows <= 8 || Max == 8) {
     fn(std::integral_constant<int, 8>{});
-  } else if (rows <= 16 || Max == 16) {
-    fn(std::integral_constant<int, 16>{});
-  } else if constexpr (Max == 32) {
-    fn(std::integral_constant<int, 32>{});
+  } else if constexpr (Max >= 16) {
+    if (rows <= 16 || Max == 16) {
+      fn(std::integral_constant<int, 16>{});
+    } else if constexpr (Max == 32) {
+      fn(std::integral_constant<int, 32>{});
+    }
   }
 }
 
