@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/warp_dot.cuh"
 
 namespace specula::cuda {
@@ -24,6 +25,8 @@ __device__ void warp_rmsnorm(float* x, int64_t n, const float* __restrict__ w, f
 // One block a row. The row is staged in shared memory only for the whole-projection norm, whose
 // sum needs the block; per-head norms are a warp each, in place in global memory.
 __global__ void __launch_bounds__(kThreads) qkv_extras_kernel(float* __restrict__ qkv, int64_t ld, QkvExtrasParams p) {
+  pdl_trigger();
+  pdl_wait();  // the projection
   float* row = qkv + blockIdx.x * ld;
   const int64_t qd = p.n_heads * p.head_dim, kvd = p.n_kv_heads * p.head_dim, n = qd + 2 * kvd;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -59,6 +62,8 @@ __global__ void __launch_bounds__(kThreads) qkv_extras_kernel(float* __restrict_
 }
 
 __global__ void add_bias_kernel(float* __restrict__ x, int64_t ld, int64_t dim, const float* __restrict__ bias) {
+  pdl_trigger();
+  pdl_wait();  // the output projection
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < dim) x[blockIdx.y * ld + i] += bias[i];
 }
@@ -67,13 +72,13 @@ __global__ void add_bias_kernel(float* __restrict__ x, int64_t ld, int64_t dim, 
 
 void qkv_extras_rows(float* qkv, int64_t ld, int64_t T, const QkvExtrasParams& p, cudaStream_t stream) {
   if (!p.active() || T <= 0) return;
-  qkv_extras_kernel<<<static_cast<unsigned>(T), kThreads, 0, stream>>>(qkv, ld, p);
+  launch_pdl(qkv_extras_kernel, dim3(static_cast<unsigned>(T)), dim3(kThreads), 0, stream, qkv, ld, p);
 }
 
 void add_bias_rows(float* x, int64_t ld, int64_t T, int64_t dim, const float* bias, cudaStream_t stream) {
   if (T <= 0 || dim <= 0) return;
-  add_bias_kernel<<<dim3(static_cast<unsigned>((dim + 255) / 256), static_cast<unsigned>(T)), 256, 0, stream>>>(
-      x, ld, dim, bias);
+  launch_pdl(add_bias_kernel, dim3(static_cast<unsigned>((dim + 255) / 256), static_cast<unsigned>(T)), dim3(256), 0,
+             stream, x, ld, dim, bias);
 }
 
 }  // namespace specula::cuda

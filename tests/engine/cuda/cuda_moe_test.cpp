@@ -124,6 +124,7 @@ TEST_P(CudaMoeLayoutTest, LogitsRoutingAndDecodeMatchCpuAndTransformers) {
   auto session = (*gpu)->start(16, 64);
   ASSERT_TRUE(session) << session.error().message;
   std::vector<float> row(static_cast<size_t>(V));
+  std::vector<std::vector<float>> decoded;
   for (size_t t = 0; t < c.tokens.size(); ++t) {
     const std::vector<int32_t> one{c.tokens[t]}, pos{static_cast<int32_t>(t)};
     ASSERT_TRUE((*session)->forward(one, pos, nullptr, row, LogitRows::Last));
@@ -131,6 +132,22 @@ TEST_P(CudaMoeLayoutTest, LogitsRoutingAndDecodeMatchCpuAndTransformers) {
     const std::vector<float> ref(all.begin() + static_cast<ptrdiff_t>(t * V),
                                  all.begin() + static_cast<ptrdiff_t>((t + 1) * V));
     EXPECT_LE(rel_l2(row, ref), 1e-4) << layout.path << " decode step " << t;
+    decoded.push_back(row);
+  }
+  session->reset();
+
+  // The same decode steps again, in fresh sessions (replaying the graphs captured above): the
+  // same bits. With programmatic launch inside the graphs, the H200 gave run-to-run differences
+  // on MoE shapes (kernels/cuda/model_ops.h PlainLaunchScope).
+  for (int run = 1; run <= 3; ++run) {
+    auto again = (*gpu)->start(16, 64);
+    ASSERT_TRUE(again) << again.error().message;
+    for (size_t t = 0; t < c.tokens.size(); ++t) {
+      const std::vector<int32_t> one{c.tokens[t]}, pos{static_cast<int32_t>(t)};
+      ASSERT_TRUE((*again)->forward(one, pos, nullptr, row, LogitRows::Last));
+      (*again)->commit_all();
+      ASSERT_EQ(row, decoded[t]) << layout.path << " run " << run << " decode step " << t;
+    }
   }
 }
 
