@@ -69,7 +69,7 @@ __device__ __forceinline__ void dot_rows(const uint16_t* const (&w)[R], const in
 // (callers repeat the pass's last row as padding, whose sums they drop): the weights of U steps
 // (U·R 16-byte loads a lane) are all issued before the first product, and no activation load
 // sits behind a branch. dot_rows waits a full memory round trip per step and, past one row, per
-// row (its `if (t < n)`); the MoE's experts have 1-4 steps a lane (dim 2048, expert FFN 1024) and
+// row (its `if (t < n)`); the MoE's experts have 4-8 steps a lane (dim 2048, expert FFN 1024) and
 // few rows, so that latency chain, not the bytes, was their time (39-40% of copy bandwidth on
 // OLMoE's and Qwen1.5-MoE's decode, bench/results/moe_e2e_s15_h200_2026-12-01.json). Each
 // acc[r][t] is summed in dot_rows' order: k8 ascending, the same 8-term expression.
