@@ -404,7 +404,7 @@ int main(int argc, char** argv) {
                  "prompt length in tokens (0: the encoded sentence \"The capital of France is\")")
       ->check(CLI::Range(0, 1000000));
   app.add_option("--graphs", graphs, "replay decode steps as CUDA graphs (true|false)");
-  app.add_option("--pdl", pdl, "programmatic dependent launch of the decode kernels (true|false; MoE forwards always launch plainly)");
+  app.add_option("--pdl", pdl, "programmatic dependent launch of the decode kernels (true|false)");
   app.add_option("--fused-decode-attention", fused_attention,
                  "a decode step's RoPE, K/V append and attention in one launch (true|false)");
   app.add_option("--kv-capacity", kv_capacity,
@@ -528,8 +528,6 @@ int main(int argc, char** argv) {
       {"synthetic", !synthetic.empty()},
       {"cuda_graphs", graphs},
       {"programmatic_dependent_launch", pdl},
-      // MoE forwards launch plainly whatever --pdl says (kernels/cuda/model_ops.h PlainLaunchScope).
-      {"programmatic_dependent_launch_in_forwards", pdl && !backend->config().is_moe()},
       {"fused_decode_attention", fused_attention},
       {"layer_route", layer_route},
       {"head_route", head_route},

@@ -182,8 +182,6 @@ Status CudaSession::run_forward(std::span<const int32_t> tokens, std::span<const
   const auto& c = b.cfg;
   const auto T = static_cast<int64_t>(tokens.size());
   if (auto ok = check_forward_inputs(tokens, positions, mask, c.vocab_size); !ok) return ok;
-  // MoE forwards launch plainly, graphs captured here included (kernels/cuda/model_ops.h says why).
-  const cuda::PlainLaunchScope plain_launch(c.is_moe());
   const SparseConfig* sparse = context && context->sparse && !context->sparse->strict() ? context->sparse : nullptr;
   if (sparse) {
     if (auto ok = cuda_sparse_supported(*sparse); !ok) return ok;

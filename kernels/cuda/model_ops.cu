@@ -486,16 +486,10 @@ unsigned grid_for(int64_t n, int threads) {
 
 namespace {
 std::atomic<bool> g_programmatic_launch{true};
-thread_local bool t_plain_launch = false;  // PlainLaunchScope
 }  // namespace
 
-bool programmatic_dependent_launch() {
-  return !t_plain_launch && g_programmatic_launch.load(std::memory_order_relaxed);
-}
+bool programmatic_dependent_launch() { return g_programmatic_launch.load(std::memory_order_relaxed); }
 void set_programmatic_dependent_launch(bool on) { g_programmatic_launch.store(on, std::memory_order_relaxed); }
-
-PlainLaunchScope::PlainLaunchScope(bool plain) : previous_(t_plain_launch) { t_plain_launch = previous_ || plain; }
-PlainLaunchScope::~PlainLaunchScope() { t_plain_launch = previous_; }
 
 void embed_rows(const bf16_bits* table, const int32_t* tokens, int64_t T, int64_t dim, float* x, cudaStream_t stream) {
   launch_pdl(embed_kernel, dim3(static_cast<unsigned>(T)), dim3(256), 0, stream, table, tokens, dim, x);

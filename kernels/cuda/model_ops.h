@@ -157,23 +157,6 @@ void attention_at(const float* q, int64_t ld_q, int64_t T, int64_t n_heads, cons
 // it is); process-wide, on by default.
 void set_programmatic_dependent_launch(bool on);
 
-// While one lives (with `plain` true), this thread launches every kernel plainly, whatever
-// set_programmatic_dependent_launch says; graphs captured meanwhile keep plain edges. For MoE
-// models' forwards: with programmatic launch and CUDA graphs both on, their greedy decoding
-// differed from run to run on the H200 (OLMoE and Qwen1.5-MoE shapes; with either one off, or on
-// llama shapes, every run agreed; bench/results/moe_pdl_graph_nondeterminism_s16_h200_2026-12-01.json).
-// The race is not found yet; this keeps those forwards repeatable.
-class PlainLaunchScope {
- public:
-  explicit PlainLaunchScope(bool plain);
-  ~PlainLaunchScope();
-  PlainLaunchScope(const PlainLaunchScope&) = delete;
-  PlainLaunchScope& operator=(const PlainLaunchScope&) = delete;
-
- private:
-  bool previous_;
-};
-
 // Deterministic pseudo-random fill (hash of seed and index): uniform in [-scale, scale).
 void fill_uniform_bf16(bf16_bits* out, int64_t n, uint64_t seed, float scale, cudaStream_t stream);
 void fill_f32(float* out, int64_t n, float value, cudaStream_t stream);

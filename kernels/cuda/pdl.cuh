@@ -7,6 +7,10 @@
 // decode step this overlaps each kernel's launch and weight loads with its predecessor's tail:
 // the step is ~180 small kernels, where launch and latency are most of the time. Kept in the
 // CUDA sources (not model_ops.h) because only kernels/cuda launches kernels.
+// A pointer to what an earlier kernel writes must not be `const __restrict__` in a kernel that
+// reads it after pdl_wait(): its loads then compile to ld.global.nc, which ptxas may move above
+// the wait (it did in skinny_gemm.cu's one-row normed kernel; tests/kernels/cuda/pdl_order_test.cu).
+// Weights may be: nothing writes them.
 #include <cuda_runtime.h>
 
 #include <utility>

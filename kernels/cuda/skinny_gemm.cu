@@ -157,9 +157,17 @@ __host__ __device__ constexpr int max_x_batch(int rows, Fuse f) {
 // through L1 (every warp of the block reads the same ones). Past one row, at most 128 registers
 // (two blocks an SM): a gate_up of SmolLM2 is 192 blocks, one wave on the H100's 132 SMs only
 // with two a SM. (0: no minimum, the one-row kernels as they were.)
+// X is not __restrict__, in this file's three kernels: a const __restrict__ pointer's loads
+// compile to ld.global.nc, which the compiler treats as reading memory no one writes during the
+// kernel, and ptxas moved two of the one-row normed kernel's activation loads (kPrefetch 8, the
+// QKV projection of 2048-wide models) above pdl_wait's griddepcontrol.wait: they read the
+// residual stream before the kernel before had written it. With PDL and CUDA graphs that made
+// OLMoE's and Qwen1.5-MoE's greedy decoding differ from run to run
+// (bench/results/moe_pdl_graph_nondeterminism_s16_h200_2026-12-01.json). Plain loads stay
+// after the wait (its asm has a memory clobber).
 template <int TC, Fuse F, int kPrefetch>
 __global__ void __launch_bounds__(kWarps * 32, TC > 1 ? 2 : 0)
-    skinny_kernel(const bf16_bits* __restrict__ W, int64_t N, int64_t K, const float* __restrict__ X, int64_t ld_x,
+    skinny_kernel(const bf16_bits* __restrict__ W, int64_t N, int64_t K, const float* X, int64_t ld_x,
                   int T, float* __restrict__ Y, int64_t ldy, bool accumulate, const float* __restrict__ gamma,
                   float eps) {
   constexpr bool kNormed = F != Fuse::kPlain;
@@ -347,7 +355,7 @@ constexpr int kStagedMaxRows = 16;
 
 template <int TC, Fuse F, int kOut>
 __global__ void __launch_bounds__(kWarps * 32, kOut == 1 ? 2 : 1)
-    skinny_staged_kernel(const bf16_bits* __restrict__ W, int64_t N, int64_t K, const float* __restrict__ X,
+    skinny_staged_kernel(const bf16_bits* __restrict__ W, int64_t N, int64_t K, const float* X,
                          int64_t ld_x, int T, float* __restrict__ Y, int64_t ldy, bool accumulate,
                          const float* __restrict__ gamma, float eps) {
   extern __shared__ float4 xs[];
@@ -705,7 +713,7 @@ constexpr int kTile = 16;
 // (the tiles go straight into fragments), but the launch overlaps the kernel before.
 template <Fuse F>
 __global__ void __launch_bounds__(kTcWarps * 32)
-    skinny_tc_kernel(const bf16_bits* __restrict__ W, int64_t N, int64_t K, const float* __restrict__ X, int64_t ld_x,
+    skinny_tc_kernel(const bf16_bits* __restrict__ W, int64_t N, int64_t K, const float* X, int64_t ld_x,
                      int T, float* __restrict__ Y, int64_t ldy, bool accumulate, const float* __restrict__ gamma,
                      float eps) {
   using namespace nvcuda;
