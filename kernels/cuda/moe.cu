@@ -179,8 +179,8 @@ __device__ __forceinline__ bool group_of(const int32_t* active, const int32_t* n
 // of 8), at most 8 steps (each step's activations are loaded ahead too), fewer as more rows need
 // registers for their accumulators and activations.
 __host__ __device__ constexpr int steps_ahead(int P, int R) {
-  const int loads = P == 1 ? 16 : P <= 4 ? 8 : P <= 8 ? 4 : R;
-  return loads / R > 8 ? 8 : loads / R > 0 ? loads / R : 1;
+  const int u = (P == 1 ? 16 : P <= 4 ? 8 : P <= 8 ? 4 : 1) / R;  // loads a lane, over R rows
+  return u < 1 ? 1 : u > 8 ? 8 : u;
 }
 
 // Output columns per warp of the down projection for passes of at most TC rows an expert: its

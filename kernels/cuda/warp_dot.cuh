@@ -22,6 +22,16 @@ __device__ __forceinline__ float hi_bf16(uint32_t w) { return __uint_as_float(w 
 __device__ __forceinline__ float bf16_at(const uint16_t* w, int64_t i) {
   return __uint_as_float(static_cast<uint32_t>(__ldg(w + i)) << 16);
 }
+// The 8 bf16 of a 16-byte load, widened, in k order.
+__device__ __forceinline__ void widen8(const uint4& v, float (&w)[8]) {
+  w[0] = lo_bf16(v.x), w[1] = hi_bf16(v.x), w[2] = lo_bf16(v.y), w[3] = hi_bf16(v.y);
+  w[4] = lo_bf16(v.z), w[5] = hi_bf16(v.z), w[6] = lo_bf16(v.w), w[7] = hi_bf16(v.w);
+}
+// One step's 8-term dot of weights w with activations a (k 0-3) and b (k 4-7): every caller's
+// order, so dot_rows and dot_rows_streamed sum alike.
+__device__ __forceinline__ float dot8(const float (&w)[8], const float4& a, const float4& b) {
+  return w[0] * a.x + w[1] * a.y + w[2] * a.z + w[3] * a.w + w[4] * b.x + w[5] * b.y + w[6] * b.z + w[7] * b.w;
+}
 
 // acc[r][t] += Σ_k w_r[k or idx[k]] · x_t[k] over k < K8·8, this lane's share (the caller sums
 // the warp with warp_sum). x[t] must be 16-byte aligned; rows t ≥ n are not touched. With idx,
@@ -35,11 +45,7 @@ __device__ __forceinline__ void dot_rows(const uint16_t* const (&w)[R], const in
     float wv[R][8];
     if (idx == nullptr) {
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const uint4 v = __ldg(reinterpret_cast<const uint4*>(w[r]) + k8);
-        wv[r][0] = lo_bf16(v.x), wv[r][1] = hi_bf16(v.x), wv[r][2] = lo_bf16(v.y), wv[r][3] = hi_bf16(v.y);
-        wv[r][4] = lo_bf16(v.z), wv[r][5] = hi_bf16(v.z), wv[r][6] = lo_bf16(v.w), wv[r][7] = hi_bf16(v.w);
-      }
+      for (int r = 0; r < R; ++r) widen8(__ldg(reinterpret_cast<const uint4*>(w[r]) + k8), wv[r]);
     } else {
       const int4 i0 = reinterpret_cast<const int4*>(idx)[2 * k8], i1 = reinterpret_cast<const int4*>(idx)[2 * k8 + 1];
       const int ids[8] = {i0.x, i0.y, i0.z, i0.w, i1.x, i1.y, i1.z, i1.w};
@@ -56,10 +62,7 @@ __device__ __forceinline__ void dot_rows(const uint16_t* const (&w)[R], const in
         const float4* xr = reinterpret_cast<const float4*>(x[t]) + 2 * k8;
         const float4 a = xr[0], b = xr[1];
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-          acc[r][t] += wv[r][0] * a.x + wv[r][1] * a.y + wv[r][2] * a.z + wv[r][3] * a.w + wv[r][4] * b.x +
-                       wv[r][5] * b.y + wv[r][6] * b.z + wv[r][7] * b.w;
-        }
+        for (int r = 0; r < R; ++r) acc[r][t] += dot8(wv[r], a, b);
       }
     }
   }
@@ -108,10 +111,9 @@ __device__ __forceinline__ void dot_rows_streamed(const uint16_t* const (&w)[R],
         const float4 a = xr[0], b = xr[1];
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-          const float wf[8] = {lo_bf16(wv[u][r].x), hi_bf16(wv[u][r].x), lo_bf16(wv[u][r].y), hi_bf16(wv[u][r].y),
-                               lo_bf16(wv[u][r].z), hi_bf16(wv[u][r].z), lo_bf16(wv[u][r].w), hi_bf16(wv[u][r].w)};
-          const float d = wf[0] * a.x + wf[1] * a.y + wf[2] * a.z + wf[3] * a.w + wf[4] * b.x + wf[5] * b.y +
-                          wf[6] * b.z + wf[7] * b.w;
+          float wf[8];
+          widen8(wv[u][r], wf);
+          const float d = dot8(wf, a, b);
           if (k8 < K8) acc[r][t] += d;
         }
       }
@@ -121,28 +123,14 @@ __device__ __forceinline__ void dot_rows_streamed(const uint16_t* const (&w)[R],
 
 // Runs fn(std::integral_constant<int, P>{}) for the smallest P ∈ {1, 2, 4, 8, 16, 32}, P ≤ Max,
 // that holds n rows (n ≤ Max): a block's pass sized by its own rows (an expert's), not the launch's.
-template <int Max, typename Fn>
+template <int Max, int P = 1, typename Fn>
 __device__ __forceinline__ void with_pass_rows(int n, Fn&& fn) {
-  if (Max == 1 || n <= 1) {
-    fn(std::integral_constant<int, 1>{});
-  } else if constexpr (Max >= 2) {
-    if (Max == 2 || n <= 2) {
-      fn(std::integral_constant<int, 2>{});
-    } else if constexpr (Max >= 4) {
-      if (Max == 4 || n <= 4) {
-        fn(std::integral_constant<int, 4>{});
-      } else if constexpr (Max >= 8) {
-        if (Max == 8 || n <= 8) {
-          fn(std::integral_constant<int, 8>{});
-        } else if constexpr (Max >= 16) {
-          if (Max == 16 || n <= 16) {
-            fn(std::integral_constant<int, 16>{});
-          } else if constexpr (Max >= 32) {
-            fn(std::integral_constant<int, 32>{});
-          }
-        }
-      }
-    }
+  if constexpr (P >= Max) {
+    fn(std::integral_constant<int, Max>{});
+  } else if (n <= P) {
+    fn(std::integral_constant<int, P>{});
+  } else {
+    with_pass_rows<Max, 2 * P>(n, fn);
   }
 }
 

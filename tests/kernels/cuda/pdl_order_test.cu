@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "kernels/cuda/pdl.cuh"
@@ -51,9 +52,12 @@ class PdlOrderTest : public testing::GpuRandomTest {
     ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
     auto gemm = [&]() {
       switch (kind) {
-        case Gemm::kPlain: return skinny_gemm(W, N, K, x, K, 1, y, N, false, s);
-        case Gemm::kNorm: return skinny_gemm_norm(W, N, K, x, K, 1, gamma, 1e-5f, y, N, s);
-        case Gemm::kNormSwiGlu: return skinny_gemm_norm_swiglu(W, N, K, x, K, 1, gamma, 1e-5f, y, N, s);
+        case Gemm::kPlain:
+          return skinny_gemm(W, N, K, x, K, 1, y, N, false, s);
+        case Gemm::kNorm:
+          return skinny_gemm_norm(W, N, K, x, K, 1, gamma, 1e-5f, y, N, s);
+        case Gemm::kNormSwiGlu:
+          return skinny_gemm_norm_swiglu(W, N, K, x, K, 1, gamma, 1e-5f, y, N, s);
       }
       return false;
     };
@@ -69,10 +73,7 @@ class PdlOrderTest : public testing::GpuRandomTest {
     for (int64_t i = 0; i < N; ++i) differ += raced[i] != settled[i];
     EXPECT_EQ(differ, 0) << "K " << K << ": " << differ << " of " << N << " outputs read X before it was written";
     cudaStreamDestroy(s);
-    for (void* p : {static_cast<void*>(x_src), static_cast<void*>(x), static_cast<void*>(W),
-                    static_cast<void*>(gamma), static_cast<void*>(y)}) {
-      cudaFree(p);
-    }
+    for (void* p : std::initializer_list<void*>{x_src, x, W, gamma, y}) cudaFree(p);
   }
 };
 
