@@ -400,7 +400,7 @@ int main(int argc, char** argv) {
   app.add_option("--model", model_spec, "GGUF model path or name (default: the default model)");
   app.add_option("--synthetic", synthetic,
                  "time random weights in these shapes instead (llama-3.1-8b, llama-3.1-70b, llama-3.1-405b, "
-                 "smollm2-135m)");
+                 "smollm2-135m, mixtral-8x7b, qwen1.5-moe-a2.7b, olmoe-1b-7b)");
   app.add_option("--tokens", tokens, "decode steps per run")->check(CLI::Range(1, 100000));
   app.add_option("--reps", reps, "timed runs")->check(CLI::Range(1, 100));
   app.add_option("--prompt-tokens", prompt_tokens,

@@ -78,6 +78,10 @@ int main(int argc, char** argv) {
       {"SmolLM2-135M", "down", 576, 1536},        {"SmolLM2-135M", "lm_head", 49152, 576},
       {"llama-3.1-8b (synthetic)", "qkv", 6144, 4096},  {"llama-3.1-8b (synthetic)", "gate_up", 28672, 4096},
       {"llama-3.1-8b (synthetic)", "down", 4096, 14336}, {"llama-3.1-8b (synthetic)", "lm_head", 128256, 4096},
+      // The attention side and router of a 2048-wide MoE model (OLMoE-1B-7B; Qwen1.5-MoE-A2.7B
+      // has the same qkv and o, 60 experts, and a 151936-row lm_head).
+      {"olmoe-1b-7b (synthetic)", "qkv", 6144, 2048},   {"olmoe-1b-7b (synthetic)", "o", 2048, 2048},
+      {"olmoe-1b-7b (synthetic)", "router", 64, 2048},  {"olmoe-1b-7b (synthetic)", "lm_head", 50304, 2048},
   };
   cublasHandle_t cublas;
   if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS) {
@@ -118,17 +122,32 @@ int main(int argc, char** argv) {
       };
       const double skinny_ms = time_ms([&] { cuda::skinny_gemm(w, s.N, s.K, x, s.K, T, y, s.N, false, stream); });
       // The fused kernel the CUDA backend runs at this shape where the skinny kernel pays: RMSNorm
-      // + QKV, RMSNorm + gate_up + SwiGLU (N/2 outputs), RMSNorm + lm_head; down accumulates.
+      // + QKV, RMSNorm + gate_up + SwiGLU (N/2 outputs), RMSNorm + lm_head; down and o accumulate.
       const std::string proj = s.name;
       const double fused_ms = time_ms([&] {
         if (proj == "gate_up") {
           cuda::skinny_gemm_norm_swiglu(w, s.N / 2, s.K, x, s.K, T, gamma, 1e-5f, y, s.N / 2, stream);
-        } else if (proj == "down") {
+        } else if (proj == "down" || proj == "o") {
           cuda::skinny_gemm(w, s.N, s.K, x, s.K, T, y, s.N, true, stream);
         } else {
           cuda::skinny_gemm_norm(w, s.N, s.K, x, s.K, T, gamma, 1e-5f, y, s.N, stream);
         }
       });
+      // One row normed: the same fused product with each warp staging its own x ⊙ gamma (the
+      // kernel before session 17's skinny_norm_row_kernel), side by side.
+      const bool normed = proj != "down" && proj != "o";
+      double fused_register_ms = 0.0;
+      if (T == 1 && normed) {
+        cuda::set_skinny_norm_row_staged(false);
+        fused_register_ms = time_ms([&] {
+          if (proj == "gate_up") {
+            cuda::skinny_gemm_norm_swiglu(w, s.N / 2, s.K, x, s.K, T, gamma, 1e-5f, y, s.N / 2, stream);
+          } else {
+            cuda::skinny_gemm_norm(w, s.N, s.K, x, s.K, T, gamma, 1e-5f, y, s.N, stream);
+          }
+        });
+        cuda::set_skinny_norm_row_staged(true);
+      }
       // The tensor-core path (1..16 rows; X split into bf16 hi + lo in the kernel).
       const bool tc = T <= cuda::kSkinnyTcMaxRows;
       const double tc_ms =
@@ -147,17 +166,18 @@ int main(int argc, char** argv) {
                          {"skinny_GBps", skinny_gbps}, {"cublas_GBps", cublas_gbps},
                          {"skinny_fraction_of_copy", skinny_gbps * 1e9 / copy.bytes_per_s},
                          {"skinny_over_cublas_speed", cublas_ms / skinny_ms}, {"fused_us", fused_ms * 1e3},
-                         {"fused_kernel", proj == "gate_up" ? "norm_swiglu" : proj == "down" ? "accumulate" : "norm"}});
+                         {"fused_kernel", proj == "gate_up" ? "norm_swiglu" : proj == "down" || proj == "o" ? "accumulate" : "norm"}});
+      if (fused_register_ms > 0.0) results.back()["fused_unstaged_us"] = fused_register_ms * 1e3;
       if (tc) {
         results.back()["tensor_core_us"] = tc_ms * 1e3;
         results.back()["tensor_core_GBps"] = bytes / (tc_ms * 1e-3) / 1e9;
         results.back()["tensor_core_over_cublas_speed"] = cublas_ms / tc_ms;
       }
       std::printf(
-          "%-26s %-8s T=%-3lld skinny %8.1f us (%6.0f GB/s)  fused %8.1f us  tensor-core %8.1f us  cuBLAS %8.1f us "
-          "(%6.0f GB/s)\n",
-          s.model, s.name, static_cast<long long>(T), skinny_ms * 1e3, skinny_gbps, fused_ms * 1e3, tc_ms * 1e3,
-          cublas_ms * 1e3, cublas_gbps);
+          "%-26s %-8s T=%-3lld skinny %8.1f us (%6.0f GB/s)  fused %8.1f us (unstaged %6.1f)  tensor-core %8.1f us  "
+          "cuBLAS %8.1f us (%6.0f GB/s)\n",
+          s.model, s.name, static_cast<long long>(T), skinny_ms * 1e3, skinny_gbps, fused_ms * 1e3,
+          fused_register_ms * 1e3, tc_ms * 1e3, cublas_ms * 1e3, cublas_gbps);
     }
     cudaFree(w);
     cudaFree(x);

@@ -33,24 +33,65 @@ __global__ void embed_kernel(const bf16_bits* __restrict__ table, const int32_t*
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) x[t * dim + i] = bf(row[i]);
 }
 
-// One block (256 threads) per row.
-__global__ void rmsnorm_kernel(const float* __restrict__ x, int64_t ld_x, const float* __restrict__ w, int64_t dim,
-                               float eps, float* __restrict__ out) {
-  __shared__ float partial[32];
+// One block (kNormThreads) per row; thread i takes elements i + kNormThreads·j. kPer > 0: all
+// of its kPer elements loaded at once, the gammas (weights) before the PDL wait; kPer 0: dims past
+// kNormThreads·kNormMaxPer, a loop. The arithmetic is the first kernel's, pinned (a thread's x² in
+// j order by fma, warp_sum, the warps' sums, x · inv · gamma), so the bits did not change when it
+// got programmatic launch and its loads in flight: a plain launch with a loop of dependent
+// scalar loads that walked the row twice took 5.9 us a call, once a layer in an MoE decode step
+// (bench/results/moe_profile_olmoe_s16_h200_2026-12-01.json).
+constexpr int kNormThreads = 256;
+constexpr int kNormMaxPer = 32;  // dims up to 8192
+template <int kPer>
+__global__ void __launch_bounds__(kNormThreads)
+    rmsnorm_kernel(const float* x, int64_t ld_x, const float* __restrict__ w, int64_t dim, float eps,
+                   float* __restrict__ out) {
+  __shared__ float partial[kNormThreads / 32];
+  constexpr int kHeld = kPer > 0 ? kPer : 1;
+  float g[kHeld], v[kHeld];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int64_t i = threadIdx.x + int64_t{j} * kNormThreads;
+    g[j] = i < dim ? __ldg(w + i) : 0.0f;
+  }
+  pdl_trigger();
+  pdl_wait();
+  // x is not __restrict__: the kernel before writes it (kernels/cuda/pdl.cuh).
   const float* row = x + blockIdx.x * ld_x;
-  float sum = 0;
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) sum += row[i] * row[i];
+  float sum = 0.0f;
+  if constexpr (kPer > 0) {
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int64_t i = threadIdx.x + int64_t{j} * kNormThreads;
+      v[j] = i < dim ? row[i] : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      if (threadIdx.x + int64_t{j} * kNormThreads < dim) sum = __fmaf_rn(v[j], v[j], sum);
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < dim; i += kNormThreads) sum = __fmaf_rn(row[i], row[i], sum);
+  }
   sum = warp_sum(sum);
   if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = sum;
   __syncthreads();
   if (threadIdx.x < 32) {
-    float s = threadIdx.x < (blockDim.x >> 5) ? partial[threadIdx.x] : 0.0f;
+    float s = threadIdx.x < kNormThreads / 32 ? partial[threadIdx.x] : 0.0f;
     s = warp_sum(s);
     if (threadIdx.x == 0) partial[0] = s;
   }
   __syncthreads();
-  const float inv = rsqrtf(partial[0] / static_cast<float>(dim) + eps);
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) out[blockIdx.x * dim + i] = row[i] * inv * w[i];
+  const float inv = rsqrtf(__fadd_rn(__fdiv_rn(partial[0], static_cast<float>(dim)), eps));
+  float* o = out + blockIdx.x * dim;
+  if constexpr (kPer > 0) {
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int64_t i = threadIdx.x + int64_t{j} * kNormThreads;
+      if (i < dim) o[i] = __fmul_rn(__fmul_rn(v[j], inv), g[j]);
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < dim; i += kNormThreads) o[i] = __fmul_rn(__fmul_rn(row[i], inv), __ldg(w + i));
+  }
 }
 
 __global__ void swiglu_kernel(const float* __restrict__ gu, int64_t ffn, float* __restrict__ out) {
@@ -497,7 +538,23 @@ void embed_rows(const bf16_bits* table, const int32_t* tokens, int64_t T, int64_
 
 void rmsnorm_rows(const float* x, int64_t ld_x, const float* weight, int64_t T, int64_t dim, float eps, float* out,
                   cudaStream_t stream) {
-  rmsnorm_kernel<<<static_cast<unsigned>(T), 256, 0, stream>>>(x, ld_x, weight, dim, eps, out);
+  const dim3 grid(static_cast<unsigned>(T)), block(kNormThreads);
+  const int64_t per = (dim + kNormThreads - 1) / kNormThreads;
+  if (per <= 1) {
+    launch_pdl(rmsnorm_kernel<1>, grid, block, 0, stream, x, ld_x, weight, dim, eps, out);
+  } else if (per <= 2) {
+    launch_pdl(rmsnorm_kernel<2>, grid, block, 0, stream, x, ld_x, weight, dim, eps, out);
+  } else if (per <= 4) {
+    launch_pdl(rmsnorm_kernel<4>, grid, block, 0, stream, x, ld_x, weight, dim, eps, out);
+  } else if (per <= 8) {
+    launch_pdl(rmsnorm_kernel<8>, grid, block, 0, stream, x, ld_x, weight, dim, eps, out);
+  } else if (per <= 16) {
+    launch_pdl(rmsnorm_kernel<16>, grid, block, 0, stream, x, ld_x, weight, dim, eps, out);
+  } else if (per <= kNormMaxPer) {
+    launch_pdl(rmsnorm_kernel<kNormMaxPer>, grid, block, 0, stream, x, ld_x, weight, dim, eps, out);
+  } else {
+    launch_pdl(rmsnorm_kernel<0>, grid, block, 0, stream, x, ld_x, weight, dim, eps, out);
+  }
 }
 
 void swiglu_rows(const float* gu, int64_t T, int64_t ffn, float* out, cudaStream_t stream) {

@@ -22,21 +22,22 @@ static_assert(kMoeMaxExperts <= kBucketThreads && kMoeMaxTokens * kMoeMaxTopK <=
 
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
 
-// One warp per token: route_token and skip_count of engine/model/moe.cpp, and the shared
-// expert's sigmoid gate. The softmax follows the CPU's: max, exp(x − max), the sum in double in
-// index order, one f32 reciprocal. Top-k: k rounds of a warp argmax (larger p, then lower id),
-// the winner marked taken (p ≥ 0, so −1 is below every candidate).
-__global__ void __launch_bounds__(32) route_kernel(const float* __restrict__ logits, int E, int k, bool normalize,
-                                                   const float* __restrict__ xn, int64_t ld_x, int64_t dim,
-                                                   const float* __restrict__ shared_gate,
-                                                   const double* __restrict__ thresholds, int n_thresholds, int budget,
-                                                   int32_t* __restrict__ ids, float* __restrict__ weights,
-                                                   int32_t* __restrict__ skipped, float* __restrict__ shared_scale) {
-  __shared__ float p[kMoeMaxExperts];
-  __shared__ float chosen[kMoeMaxTopK];
-  pdl_trigger();
-  pdl_wait();  // the router logits
-  const int t = blockIdx.x, lane = threadIdx.x;
+// Warps of route_bucket_kernel that route at once, each with E floats of probabilities in
+// shared memory (6144 of them: 32 warps up to 192 experts, 6 at kMoeMaxExperts).
+constexpr int kRouteFloats = 6144;
+static_assert(kRouteFloats >= kMoeMaxExperts);
+
+// Token t's routing by one warp: route_token and skip_count of engine/model/moe.cpp, and the
+// shared expert's sigmoid gate. The softmax follows the CPU's: max, exp(x − max), the sum in
+// double in index order, one f32 reciprocal. Top-k: k rounds of a warp argmax (larger p, then
+// lower id), the winner marked taken (p ≥ 0, so −1 is below every candidate). p: E floats of
+// the warp's; chosen: kMoeMaxTopK. ids_t and skipped_t: the routing, also kept in shared memory
+// for the bucketing after it.
+__device__ void route_token(int t, int lane, const float* logits, int E, int k, bool normalize, const float* xn,
+                            int64_t ld_x, int64_t dim, const float* __restrict__ shared_gate,
+                            const double* __restrict__ thresholds, int n_thresholds, int budget, float* p,
+                            float* chosen, int32_t* ids, float* weights, int32_t* skipped, float* shared_scale,
+                            int* ids_t, int* skipped_t) {
   const float* l = logits + static_cast<int64_t>(t) * E;
   float m = -INFINITY;
   for (int i = lane; i < E; i += 32) m = fmaxf(m, l[i]);
@@ -64,7 +65,7 @@ __global__ void __launch_bounds__(32) route_kernel(const float* __restrict__ log
     }
     if (lane == 0) {
       chosen[r] = best;
-      ids[t * k + r] = best_id;
+      ids[t * k + r] = ids_t[r] = best_id;
       p[best_id] = -1.0f;
     }
     __syncwarp();
@@ -86,7 +87,7 @@ __global__ void __launch_bounds__(32) route_kernel(const float* __restrict__ log
       const double ratio = kept > 0.0 ? skip / kept : INFINITY;
       if (ratio < thresholds[s - 1]) s_taken = s;
     }
-    skipped[t] = s_taken;
+    skipped[t] = *skipped_t = s_taken;
   }
   if (shared_gate != nullptr) {
     const float* x = xn + t * ld_x;
@@ -97,31 +98,48 @@ __global__ void __launch_bounds__(32) route_kernel(const float* __restrict__ log
   }
 }
 
-// One block buckets the kept (token, expert) pairs by expert: rows per expert (integer shared
+// One block routes the T tokens (route_token, min(32, kRouteFloats / E) warps at a time) and
+// then buckets the kept (token, expert) pairs by expert: rows per expert (integer shared
 // atomics: the counts are order-free), each expert's first row and the active list (block
 // scans), then each pair's row = its expert's first row + the kept pairs of that expert before
-// it (pair order = token order, as the CPU runs an expert's tokens).
-__global__ void __launch_bounds__(kBucketThreads) bucket_kernel(const int32_t* __restrict__ ids,
-                                                                const int32_t* __restrict__ skipped, int T, int k, int E,
-                                                                int32_t* __restrict__ expert_rows,
-                                                                int32_t* __restrict__ expert_first,
-                                                                int32_t* __restrict__ active,
-                                                                int32_t* __restrict__ n_active,
-                                                                int32_t* __restrict__ pair_token,
-                                                                int32_t* __restrict__ pair_row) {
+// it (pair order = token order, as the CPU runs an expert's tokens). Routing and bucketing were
+// two kernels, 5.4 and 2.9 us a layer of an OLMoE decode step
+// (bench/results/moe_profile_olmoe_s16_h200_2026-12-01.json); one block does both, with the
+// routing handed over in shared memory. logits and xn are written by the kernels before: not
+// __restrict__ (kernels/cuda/pdl.cuh).
+__global__ void __launch_bounds__(kBucketThreads)
+    route_bucket_kernel(const float* logits, int T, int E, int k, bool normalize, const float* xn, int64_t ld_x,
+                        int64_t dim, const float* __restrict__ shared_gate, const double* __restrict__ thresholds,
+                        int n_thresholds, int budget, int32_t* __restrict__ ids, float* __restrict__ weights,
+                        int32_t* __restrict__ skipped, float* __restrict__ shared_scale,
+                        int32_t* __restrict__ expert_rows, int32_t* __restrict__ expert_first,
+                        int32_t* __restrict__ active, int32_t* __restrict__ n_active,
+                        int32_t* __restrict__ pair_token, int32_t* __restrict__ pair_row) {
   using Scan = cub::BlockScan<int, kBucketThreads>;
   __shared__ typename Scan::TempStorage scan_storage;
+  __shared__ float p[kRouteFloats];
+  __shared__ float chosen[kBucketThreads / 32][kMoeMaxTopK];
+  __shared__ int routed[kMoeMaxTokens * kMoeMaxTopK];
+  __shared__ int routed_skipped[kMoeMaxTokens];
   __shared__ int rows[kMoeMaxExperts];
   __shared__ int first[kMoeMaxExperts];
   __shared__ int pair_expert[kMoeMaxTokens * kMoeMaxTopK];  // −1: skipped
   pdl_trigger();
-  pdl_wait();  // the routing
-  const int tid = threadIdx.x, P = T * k;
+  pdl_wait();  // the router logits
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, P = T * k;
+  const int routers = min(kBucketThreads / 32, kRouteFloats / E);
+  if (warp < routers) {
+    for (int t = warp; t < T; t += routers) {
+      route_token(t, lane, logits, E, k, normalize, xn, ld_x, dim, shared_gate, thresholds, n_thresholds, budget,
+                  p + warp * E, chosen[warp], ids, weights, skipped, shared_scale, routed + t * k,
+                  routed_skipped + t);
+    }
+  }
   if (tid < E) rows[tid] = 0;
   __syncthreads();
   if (tid < P) {
     const int t = tid / k, i = tid % k;
-    const int e = i < k - skipped[t] ? ids[tid] : -1;
+    const int e = i < k - routed_skipped[t] ? routed[tid] : -1;
     pair_expert[tid] = e;
     if (e >= 0) atomicAdd(&rows[e], 1);
   }
@@ -194,9 +212,9 @@ __host__ __device__ constexpr int down_columns(int TC) { return TC == 1 ? 4 : TC
 // pass sized by the rows left (with_pass_rows).
 template <int TC, bool kShared>
 __global__ void __launch_bounds__(kWarps * 32, 2) expert_gate_up_kernel(
-    const bf16_bits* __restrict__ gate_up, int64_t ffn, int64_t dim, const float* __restrict__ xn, int64_t ld_x, int T,
-    const int32_t* __restrict__ active, const int32_t* __restrict__ n_active, const int32_t* __restrict__ expert_rows,
-    const int32_t* __restrict__ expert_first, const int32_t* __restrict__ pair_token, float* __restrict__ act) {
+    const bf16_bits* __restrict__ gate_up, int64_t ffn, int64_t dim, const float* xn, int64_t ld_x, int T,
+    const int32_t* active, const int32_t* n_active, const int32_t* expert_rows, const int32_t* expert_first,
+    const int32_t* pair_token, float* __restrict__ act) {
   pdl_trigger();
   pdl_wait();  // the buckets (and activations); the expert, so its weights, is known only after
   Group g;
@@ -233,9 +251,9 @@ __global__ void __launch_bounds__(kWarps * 32, 2) expert_gate_up_kernel(
 // output columns d0..d0+R (dim % 8 == 0, so dim % R == 0), passes as in expert_gate_up_kernel.
 template <int TC, bool kShared>
 __global__ void __launch_bounds__(kWarps * 32, 2) expert_down_kernel(
-    const bf16_bits* __restrict__ down, int64_t ffn, int64_t dim, int T, const int32_t* __restrict__ active,
-    const int32_t* __restrict__ n_active, const int32_t* __restrict__ expert_rows,
-    const int32_t* __restrict__ expert_first, const float* __restrict__ act, float* __restrict__ out) {
+    const bf16_bits* __restrict__ down, int64_t ffn, int64_t dim, int T, const int32_t* active,
+    const int32_t* n_active, const int32_t* expert_rows, const int32_t* expert_first, const float* act,
+    float* __restrict__ out) {
   constexpr int R = down_columns(TC);
   pdl_trigger();
   pdl_wait();  // the buckets (and activations); the expert, so its weights, is known only after
@@ -271,10 +289,12 @@ __global__ void __launch_bounds__(kWarps * 32, 2) expert_down_kernel(
 }
 
 // y[t] (+)= Σ_i w_{t,i} · out[row of (t, i)] over the kept pairs in routing order, then the
-// shared expert's sigmoid-gated row: a fixed order, so the same bits on every run.
-__global__ void combine_kernel(int k, int64_t dim, const float* __restrict__ weights, const int32_t* __restrict__ pair_row,
-                               const float* __restrict__ out, const float* __restrict__ shared_scale,
-                               const float* __restrict__ shared_out, float* __restrict__ y, int64_t ldy,
+// shared expert's sigmoid-gated row: a fixed order, so the same bits on every run. Here and in
+// the expert kernels, what the kernels before wrote (the routing, buckets, activations, expert
+// rows, the residual) is not __restrict__: ptxas may hoist an ld.global.nc above the PDL wait
+// (kernels/cuda/pdl.cuh). Only weights are.
+__global__ void combine_kernel(int k, int64_t dim, const float* weights, const int32_t* pair_row, const float* out,
+                               const float* shared_scale, const float* shared_out, float* y, int64_t ldy,
                                bool accumulate) {
   pdl_trigger();
   pdl_wait();  // the expert rows
@@ -351,12 +371,10 @@ bool moe_route(const MoeShape& s, const MoeDeviceWeights& w, const float* xn, in
   if (!skinny_gemm(w.router, s.n_experts, s.dim, xn, ld_x, T, m.logits, s.n_experts, false, stream)) return false;
   const int rows = static_cast<int>(T), k = static_cast<int>(s.top_k), E = static_cast<int>(s.n_experts);
   const bool skipping = skip != nullptr && skip->budget > 0 && skip->thresholds != nullptr;
-  launch_pdl(route_kernel, dim3(rows), dim3(32), 0, stream, m.logits, E, k, s.normalize, xn, ld_x, s.dim,
-             shared ? w.shared_gate : nullptr, skipping ? skip->thresholds : nullptr,
+  launch_pdl(route_bucket_kernel, dim3(1), dim3(kBucketThreads), 0, stream, m.logits, rows, E, k, s.normalize, xn,
+             ld_x, s.dim, shared ? w.shared_gate : nullptr, skipping ? skip->thresholds : nullptr,
              skipping ? skip->n_thresholds : 0, skipping ? skip->budget : 0, m.ids, m.weights, m.skipped,
-             m.shared_scale);
-  launch_pdl(bucket_kernel, dim3(1), dim3(kBucketThreads), 0, stream, m.ids, m.skipped, rows, k, E, m.expert_rows,
-             m.expert_first, m.active, m.n_active, m.pair_token, m.pair_row);
+             m.shared_scale, m.expert_rows, m.expert_first, m.active, m.n_active, m.pair_token, m.pair_row);
   return true;
 }
 

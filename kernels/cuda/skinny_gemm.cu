@@ -339,6 +339,86 @@ __global__ void __launch_bounds__(kWarps * 32, TC > 1 ? 2 : 0)
   }
 }
 
+// The one-row normed product (kNorm: RMSNorm + QKV; kNormSwiGlu: RMSNorm + gate_up + SwiGLU)
+// with the row's x ⊙ gamma and per-step x² sums computed once a block, into shared memory, instead
+// of by each of its 8 warps. In skinny_kernel<1, kNorm, 8> the prefetched gammas and activations
+// (64 + 64 registers a lane) took the kernel to 175 registers, one block an SM: OLMoE's QKV
+// (6144 x 2048) took 13.6 us fused against 7.3 us plain; past 2048 (Llama-8B's 4096, kPrefetch 1)
+// each warp's gamma loads, scaling and x² sums doubled the loop's work (19.2 against 13.4 us)
+// (bench/results/skinny_norm_row_s17_h200_2026-12-02.json, the "before" columns). The values are
+// skinny_kernel's exactly: stage[h·K8 + k8] holds scale4 of half h of step k8's 8 x, part[k8]
+// its sumsq8, and lane l sums part[l + 32i] in i order as skinny_kernel's lane l does, so the bits
+// are the same and a verify row still equals the decode step (tested:
+// skinny_gemm_test's StagedNormRowEqualsTheRegisterKernelBitForBit).
+template <Fuse F, int kPrefetch>
+__global__ void __launch_bounds__(kWarps * 32, 2)
+    skinny_norm_row_kernel(const bf16_bits* __restrict__ W, int64_t N, int64_t K, const float* X,
+                           float* __restrict__ Y, const float* __restrict__ gamma, float eps) {
+  static_assert(F != Fuse::kPlain);
+  constexpr int kRows = F == Fuse::kNormSwiGlu ? 2 : 1;
+  extern __shared__ float4 stage[];  // (2, K8) float4, then part (K8) f32
+  const int64_t K8 = K / 8;
+  float* part = reinterpret_cast<float*>(stage + 2 * K8);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  const bool has_row = n < N;  // every warp stages; one past N then leaves
+  const uint4* wrow[kRows];
+  uint4 pre[kRows][kPrefetch];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) wrow[r] = reinterpret_cast<const uint4*>(W + (has_row ? n + r * N : 0) * K);
+#pragma unroll
+  for (int i = 0; i < kPrefetch; ++i) {
+    const int64_t k8 = lane + 32 * i;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) pre[r][i] = has_row && k8 < K8 ? __ldg(wrow[r] + k8) : make_uint4(0, 0, 0, 0);
+  }
+  pdl_trigger();
+  pdl_wait();
+  for (int64_t k8 = threadIdx.x; k8 < K8; k8 += kWarps * 32) {
+    const float4* xr = reinterpret_cast<const float4*>(X + k8 * 8);  // written by the kernel before
+    const float4* g = reinterpret_cast<const float4*>(gamma + k8 * 8);
+    const float4 a = xr[0], b = xr[1];
+    part[k8] = sumsq8(a, b);
+    stage[k8] = scale4(a, __ldg(g));
+    stage[K8 + k8] = scale4(b, __ldg(g + 1));
+  }
+  __syncthreads();
+  if (!has_row) return;
+  float acc[kRows][1] = {}, sumsq[1] = {0.0f};
+  auto step = [&](int64_t k8, const uint4(&wv)[kRows]) {
+    float w[kRows][8];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      w[r][0] = lo_bf16(wv[r].x), w[r][1] = hi_bf16(wv[r].x), w[r][2] = lo_bf16(wv[r].y), w[r][3] = hi_bf16(wv[r].y);
+      w[r][4] = lo_bf16(wv[r].z), w[r][5] = hi_bf16(wv[r].z), w[r][6] = lo_bf16(wv[r].w), w[r][7] = hi_bf16(wv[r].w);
+    }
+    sumsq[0] = __fadd_rn(sumsq[0], part[k8]);
+    const float4 a = stage[k8], b = stage[K8 + k8];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) acc[r][0] = __fadd_rn(acc[r][0], dot8(w[r], a, b));
+  };
+#pragma unroll
+  for (int i = 0; i < kPrefetch; ++i) {
+    if (lane + 32 * i < K8) {
+      uint4 wv[kRows];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) wv[r] = pre[r][i];
+      step(lane + 32 * i, wv);
+    }
+  }
+  for (int64_t k8 = lane + 32 * kPrefetch; k8 < K8; k8 += 32) {
+    uint4 wv[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) wv[r] = __ldg(wrow[r] + k8);
+    step(k8, wv);
+  }
+  float s = warp_sum(acc[0][0]);
+  const float inv = inv_rms(sumsq[0], K, eps);
+  s = __fmul_rn(s, inv);
+  if constexpr (F == Fuse::kNormSwiGlu) s = swiglu(s, __fmul_rn(warp_sum(acc[kRows - 1][0]), inv));
+  if (lane == 0) Y[n] = s;
+}
+
 // The multi-row kernel with X staged in shared memory (2..16 rows, T·K·4 bytes up to
 // kStagedMaxBytes): the block copies X's T rows in once (cp.async, all in flight at once) instead
 // of every warp re-reading them through L1 at every step, and each warp owns kOut output columns
@@ -580,11 +660,35 @@ bool staged_fits(int64_t N, int64_t K, int rows) {
   return N >= 8448 && rows >= 3;
 }
 
+// Whether one-row normed products take skinny_norm_row_kernel (set_skinny_norm_row_staged).
+bool g_norm_row_staged = true;
+
+// skinny_norm_row_kernel where its stage fits 48 KB of shared memory (K ≤ 10920; RMSNorm is over
+// a model's dim), with 4 weight steps loaded before the wait up to K 1024 and 8 past it: the
+// stage frees the registers skinny_kernel spent on prefetched activations and gammas.
+template <Fuse F>
+bool launch_norm_row(const bf16_bits* W, int64_t N, int64_t K, const float* X, float* Y, const float* gamma, float eps,
+                     cudaStream_t stream) {
+  const int64_t K8 = K / 8;
+  const auto smem = static_cast<size_t>(K8 * (2 * sizeof(float4) + sizeof(float)));
+  if (!g_norm_row_staged || smem > 48 * 1024) return false;
+  const auto blocks = static_cast<unsigned>((N + kWarps - 1) / kWarps);
+  if (K <= 4 * 256) {
+    launch_pdl(skinny_norm_row_kernel<F, 4>, dim3(blocks), dim3(kWarps * 32), smem, stream, W, N, K, X, Y, gamma, eps);
+  } else {
+    launch_pdl(skinny_norm_row_kernel<F, 8>, dim3(blocks), dim3(kWarps * 32), smem, stream, W, N, K, X, Y, gamma, eps);
+  }
+  return true;
+}
+
 template <Fuse F, int TC>
 void launch(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld_x, int T, float* Y, int64_t ldy,
             bool accumulate, const float* gamma, float eps, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>((N + kWarps - 1) / kWarps);
   const unsigned groups = static_cast<unsigned>((T + TC - 1) / TC);  // row groups (skinny_kernel)
+  if constexpr (TC == 1 && F != Fuse::kPlain) {
+    if (!accumulate && launch_norm_row<F>(W, N, K, X, Y, gamma, eps, stream)) return;
+  }
   if constexpr (TC == 1) {
     // 8 steps where they take the whole row (1024 < K <= 2048), 4 up to 1024, and 1 past 2048: on
     // long rows (Llama-8B's 4096 and 14336) the prefetched weights, gammas and activations cost
@@ -870,6 +974,7 @@ __global__ void f32_to_bf16_kernel(const float* __restrict__ in, int64_t n, bf16
 
 void set_skinny_outputs_per_warp(int outputs) { g_outputs_per_warp = outputs; }
 void set_skinny_row_group(int rows) { g_row_group = rows; }
+void set_skinny_norm_row_staged(bool on) { g_norm_row_staged = on; }
 
 bool skinny_gemm(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld_x, int64_t T, float* Y,
                  int64_t ldy, bool accumulate, cudaStream_t stream) {

@@ -50,6 +50,10 @@ void set_skinny_outputs_per_warp(int outputs);
 // Rows per block of the register kernel (4 or 8; -1 all rows in one block; 0, the default, by
 // row count). For tests and benchmarks; not thread-safe.
 void set_skinny_row_group(int rows);
+// One-row RMSNorm-fused products (skinny_gemm_norm, skinny_gemm_norm_swiglu at T = 1) with the
+// row's x ⊙ gamma staged once a block (true, the default) or each warp's own (false; the same
+// bits). For tests and benchmarks; not thread-safe.
+void set_skinny_norm_row_staged(bool on);
 
 // The decode step's fusions (same constraints, plus a 16-byte aligned gamma (K) f32):
 // Y(T, N) = rmsnorm(X) · Wᵀ, rmsnorm(x)[k] = x[k] · gamma[k] / sqrt(mean_k(x²) + eps).

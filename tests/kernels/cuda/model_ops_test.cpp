@@ -49,6 +49,37 @@ void expect_min_max_of_cached_keys(const testing::DevicePagedKv& cache, const st
       }
 }
 
+// rmsnorm_rows at the widths of each of its kernels: 576 and 2048 (3 and 8 values a thread,
+// held in registers), 4100 (17, the 32-value kernel's guards) and 8200 (past 8192: the loop),
+// rows read at a padded stride.
+TEST_F(ModelOpsTest, RmsNormMatchesCpuAtEveryWidth) {
+  for (const int64_t dim : {576, 2048, 4100, 8200}) {
+    const int64_t T = 3, ld_x = dim + 12;
+    auto x = random(T * ld_x, 3.0f), w = random(dim, 1.5f);
+    float* dx = upload(x);
+    float* dw = upload(w);
+    float* dout = nullptr;
+    ASSERT_EQ(cudaMalloc(&dout, T * dim * 4), cudaSuccess);
+    rmsnorm_rows(dx, ld_x, dw, T, dim, 1e-5f, dout, nullptr);
+    const auto out = download(dout, T * dim);
+    double worst = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      double ss = 0;
+      for (int64_t i = 0; i < dim; ++i) ss += double(x[t * ld_x + i]) * x[t * ld_x + i];
+      const double inv = 1.0 / std::sqrt(ss / dim + 1e-5);
+      for (int64_t i = 0; i < dim; ++i) {
+        const double ref = x[t * ld_x + i] * inv * w[i];
+        worst = std::max(worst, std::abs(out[t * dim + i] - ref) / (std::abs(ref) + 1e-3));
+      }
+    }
+    EXPECT_LT(worst, 1e-4) << "rmsnorm, dim " << dim;
+    cudaFree(dx);
+    cudaFree(dw);
+    cudaFree(dout);
+  }
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
 TEST_F(ModelOpsTest, RmsNormSwiGluRopeMatchCpu) {
   const int64_t T = 5, dim = 576, ffn = 1536, heads = 9, kv_heads = 3, hd = 64;
   auto x = random(T * dim, 3.0f), w = random(dim, 1.5f);

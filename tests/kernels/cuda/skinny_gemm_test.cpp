@@ -252,6 +252,54 @@ TEST_F(SkinnyGemmTest, MultiRowKernelsMatchTheOneRowKernelBitForBit) {
   }
 }
 
+// The one-row RMSNorm-fused products with x ⊙ gamma staged once a block (the default) against
+// each warp's own (skinny_kernel), bit for bit: K 576 and 1000 (4 steps before the wait; 1000's
+// last step covers lanes 0..28 only), 2048 (8 steps, the whole row: OLMoE's QKV), 4096 (8 steps,
+// then the streaming loop: Llama-8B's); N 1003 leaves the last block's warps past N (they stage
+// and leave).
+TEST_F(SkinnyGemmTest, StagedNormRowEqualsTheRegisterKernelBitForBit) {
+  for (const auto& [N, K] : {std::pair<int64_t, int64_t>{1003, 576}, {1003, 1000}, {2048, 2048}, {1003, 4096}}) {
+    const auto w = bf16_weights(2 * N * K, 0.05f);
+    auto gamma = random(K, 1.0f);
+    for (auto& g : gamma) g += 1.5f;  // never zero
+    const auto x = random(K, 3.0f);
+    uint16_t* dw = nullptr;
+    float *dx = nullptr, *dy = nullptr, *dg = nullptr;
+    ASSERT_EQ(cudaMalloc(&dw, w.bits.size() * 2), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dx, K * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dy, 2 * N * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dg, K * 4), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(dw, w.bits.data(), w.bits.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(dx, x.data(), K * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(dg, gamma.data(), K * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    for (bool swiglu : {false, true}) {
+      std::vector<float> y[2];
+      for (bool staged : {false, true}) {
+        set_skinny_norm_row_staged(staged);
+        ASSERT_EQ(cudaMemset(dy, 0xff, 2 * N * 4), cudaSuccess);  // NaNs where nothing was written
+        ASSERT_TRUE(swiglu ? skinny_gemm_norm_swiglu(dw, N, K, dx, K, 1, dg, 1e-5f, dy, N, nullptr)
+                           : skinny_gemm_norm(dw, 2 * N, K, dx, K, 1, dg, 1e-5f, dy, 2 * N, nullptr));
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        y[staged].resize(swiglu ? N : 2 * N);
+        ASSERT_EQ(cudaMemcpy(y[staged].data(), dy, y[staged].size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      }
+      set_skinny_norm_row_staged(true);
+      int64_t differ = 0, finite = 0;
+      for (size_t i = 0; i < y[0].size(); ++i) {
+        differ += std::memcmp(&y[0][i], &y[1][i], 4) != 0;
+        finite += std::isfinite(y[1][i]);
+      }
+      EXPECT_EQ(differ, 0) << "N " << N << " K " << K << " swiglu " << swiglu;
+      EXPECT_EQ(finite, static_cast<int64_t>(y[1].size())) << "N " << N << " K " << K << " swiglu " << swiglu;
+    }
+    cudaFree(dw);
+    cudaFree(dx);
+    cudaFree(dy);
+    cudaFree(dg);
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  }
+}
+
 TEST_F(SkinnyGemmTest, RefusesShapesItDoesNotCover) {
   uint16_t* dw = nullptr;
   float *dx = nullptr, *dy = nullptr;
