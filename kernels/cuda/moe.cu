@@ -63,6 +63,10 @@ __device__ void route_token(int t, int lane, const float* logits, int E, int k, 
       const int oi = __shfl_xor_sync(0xffffffffu, best_id, o);
       if (ob > best || (ob == best && oi < best_id)) best = ob, best_id = oi;
     }
+    // Every lane's reads of p this round come before lane 0 marks the winner. The shuffles
+    // order them already (lane 0's write depends on every lane's loads), but racecheck does not
+    // follow a shuffle: without this it reported each round as a hazard.
+    __syncwarp();
     if (lane == 0) {
       chosen[r] = best;
       ids[t * k + r] = ids_t[r] = best_id;

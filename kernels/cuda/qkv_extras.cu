@@ -22,9 +22,54 @@ __device__ void warp_rmsnorm(float* x, int64_t n, const float* __restrict__ w, f
   for (int64_t i = lane; i < n; i += 32) x[i] = x[i] * inv * w[i];
 }
 
-// One block a row. The row is staged in shared memory only for the whole-projection norm, whose
-// sum needs the block; per-head norms are a warp each, in place in global memory.
-__global__ void __launch_bounds__(kThreads) qkv_extras_kernel(float* __restrict__ qkv, int64_t ld, QkvExtrasParams p) {
+// The whole-projection norm's values a thread holds in registers (q and k each): 16 a thread,
+// projections up to 4096 wide (OLMoE's are 2048).
+constexpr int kFullHeld = 16;
+
+// The q and k parts of one row normed over each whole part (OLMoE), from registers: a thread
+// loads its kHeld values of each at once, sums them, and scales what it holds. The arithmetic is
+// the loop's that walked the row twice with dependent scalar loads (8.4 us a layer of an OLMoE
+// decode step, bench/results/moe_norm_route_s17_h200_2026-12-02.json): a thread's x² in index
+// order by fma, warp_sum, the warps' partial sums in order, x · inv · w; so the same bits.
+template <int kHeld>
+__device__ void full_norm_held(float* row, int64_t qd, int64_t kvd, const QkvExtrasParams& p, int warp, int lane) {
+  __shared__ float partial[2][kWarps];
+  float vq[kHeld], vk[kHeld];
+#pragma unroll
+  for (int j = 0; j < kHeld; ++j) {
+    const int64_t i = threadIdx.x + int64_t{j} * kThreads;
+    vq[j] = i < qd ? row[i] : 0.0f;
+    vk[j] = i < kvd ? row[qd + i] : 0.0f;
+  }
+  float sq = 0.0f, sk = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kHeld; ++j) {
+    const int64_t i = threadIdx.x + int64_t{j} * kThreads;
+    if (i < qd) sq = __fmaf_rn(vq[j], vq[j], sq);
+    if (i < kvd) sk = __fmaf_rn(vk[j], vk[j], sk);
+  }
+  sq = warp_sum(sq);
+  sk = warp_sum(sk);
+  if (lane == 0) partial[0][warp] = sq, partial[1][warp] = sk;
+  __syncthreads();
+  float tq = 0.0f, tk = 0.0f;
+  for (int i = 0; i < kWarps; ++i) tq = __fadd_rn(tq, partial[0][i]), tk = __fadd_rn(tk, partial[1][i]);
+  const float iq = rsqrtf(__fadd_rn(__fdiv_rn(tq, static_cast<float>(qd)), p.eps));
+  const float ik = rsqrtf(__fadd_rn(__fdiv_rn(tk, static_cast<float>(kvd)), p.eps));
+#pragma unroll
+  for (int j = 0; j < kHeld; ++j) {
+    const int64_t i = threadIdx.x + int64_t{j} * kThreads;
+    if (i < qd) row[i] = __fmul_rn(__fmul_rn(vq[j], iq), __ldg(p.q_norm + i));
+    if (i < kvd) row[qd + i] = __fmul_rn(__fmul_rn(vk[j], ik), __ldg(p.k_norm + i));
+  }
+  __syncthreads();
+}
+
+// One block a row. Per-head norms are a warp each, in place in global memory; the
+// whole-projection norm, whose sum needs the block, holds the row in registers (full_norm_held)
+// or, past kFullHeld values a thread, walks it twice. qkv is written by the projection before:
+// not __restrict__ (kernels/cuda/pdl.cuh).
+__global__ void __launch_bounds__(kThreads) qkv_extras_kernel(float* qkv, int64_t ld, QkvExtrasParams p) {
   pdl_trigger();
   pdl_wait();  // the projection
   float* row = qkv + blockIdx.x * ld;
@@ -40,6 +85,12 @@ __global__ void __launch_bounds__(kThreads) qkv_extras_kernel(float* __restrict_
       warp_rmsnorm(row + h * p.head_dim, p.head_dim, q ? p.q_norm : p.k_norm, p.eps, lane);
     }
     __syncthreads();
+  } else if (p.norm == QkNormKind::kFull && qd <= kFullHeld * kThreads && kvd <= kFullHeld * kThreads) {
+    if (qd <= 8 * kThreads && kvd <= 8 * kThreads) {
+      full_norm_held<8>(row, qd, kvd, p, warp, lane);
+    } else {
+      full_norm_held<kFullHeld>(row, qd, kvd, p, warp, lane);
+    }
   } else if (p.norm == QkNormKind::kFull) {
     __shared__ float partial[2][kWarps];
     float sq = 0.0f, sk = 0.0f;
