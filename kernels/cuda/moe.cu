@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(kBucketThreads)
                         int n_thresholds, int budget, int32_t* __restrict__ ids, float* __restrict__ weights,
                         int32_t* __restrict__ skipped, float* __restrict__ shared_scale,
                         int32_t* __restrict__ expert_rows, int32_t* __restrict__ expert_first,
-                        int32_t* __restrict__ active, int32_t* __restrict__ active_rows, int32_t* __restrict__ n_active,
+                        int32_t* __restrict__ active, int32_t* __restrict__ n_active,
                         int32_t* __restrict__ pair_token, int32_t* __restrict__ pair_row) {
   using Scan = cub::BlockScan<int, kBucketThreads>;
   __shared__ typename Scan::TempStorage scan_storage;
@@ -157,11 +157,7 @@ __global__ void __launch_bounds__(kBucketThreads)
     first[tid] = my_first;
     expert_rows[tid] = my_rows;
     expert_first[tid] = my_first;
-    if (my_rows > 0) {
-      active[my_slot] = tid;
-      active_rows[2 * my_slot] = my_first;
-      active_rows[2 * my_slot + 1] = my_rows;
-    }
+    if (my_rows > 0) active[my_slot] = tid;
   }
   if (tid == 0) *n_active = total_active;
   __syncthreads();
@@ -180,38 +176,22 @@ __global__ void __launch_bounds__(kBucketThreads)
 }
 
 // The grid row blockIdx.y is an expert slot: active[slot] with its bucketed rows, or with
-// kShared the shared expert over every token in order. The slot's expert and rows are read at
-// once, by slot (active_rows): read by expert they were a second L2 round trip before the
-// first weight load.
+// kShared the shared expert over every token in order.
 struct Group {
   int expert = 0, first = 0, rows = 0;
 };
-// Loads issued where they are written: ptxas sank group_of's plain loads (from asm too) below
-// the n_active check, one L2 round trip after another; it keeps a volatile load in place. They
-// read L2 (ld.volatile skips L1), where a block's first read of them is served anyway.
-__device__ __forceinline__ int load_int_now(const int32_t* p) {
-  int v;
-  asm volatile("ld.volatile.global.b32 %0, [%1];" : "=r"(v) : "l"(p));
-  return v;
-}
-__device__ __forceinline__ int2 load_int2_now(const int32_t* p) {
-  int2 v;
-  asm volatile("ld.volatile.global.v2.b32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
-  return v;
-}
-
 template <bool kShared>
-__device__ __forceinline__ bool group_of(const int32_t* active, const int32_t* active_rows, const int32_t* n_active,
-                                         int T, Group* g) {
+__device__ __forceinline__ bool group_of(const int32_t* active, const int32_t* n_active, const int32_t* expert_rows,
+                                         const int32_t* expert_first, int T, Group* g) {
   if constexpr (kShared) {
     *g = {0, 0, T};
     return true;
   } else {
-    const int slot = blockIdx.y;  // < gridDim.y ≤ n_experts: in bounds, if past n_active stale
-    const int n = load_int_now(n_active), expert = load_int_now(active + slot);
-    const int2 rows = load_int2_now(active_rows + 2 * slot);
-    if (slot >= n) return false;
-    *g = {expert, rows.x, rows.y};
+    const int slot = blockIdx.y;
+    if (slot >= *n_active) return false;
+    g->expert = active[slot];
+    g->first = expert_first[g->expert];
+    g->rows = expert_rows[g->expert];
     return true;
   }
 }
@@ -237,12 +217,12 @@ __host__ __device__ constexpr int down_columns(int TC) { return TC == 1 ? 4 : TC
 template <int TC, bool kShared>
 __global__ void __launch_bounds__(kWarps * 32, 2) expert_gate_up_kernel(
     const bf16_bits* __restrict__ gate_up, int64_t ffn, int64_t dim, const float* xn, int64_t ld_x, int T,
-    const int32_t* active, const int32_t* active_rows, const int32_t* n_active, const int32_t* pair_token,
-    float* __restrict__ act) {
+    const int32_t* active, const int32_t* n_active, const int32_t* expert_rows, const int32_t* expert_first,
+    const int32_t* pair_token, float* __restrict__ act) {
   pdl_trigger();
   pdl_wait();  // the buckets (and activations); the expert, so its weights, is known only after
   Group g;
-  if (!group_of<kShared>(active, active_rows, n_active, T, &g)) return;
+  if (!group_of<kShared>(active, n_active, expert_rows, expert_first, T, &g)) return;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t f = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
   if (f >= ffn) return;
@@ -276,12 +256,13 @@ __global__ void __launch_bounds__(kWarps * 32, 2) expert_gate_up_kernel(
 template <int TC, bool kShared>
 __global__ void __launch_bounds__(kWarps * 32, 2) expert_down_kernel(
     const bf16_bits* __restrict__ down, int64_t ffn, int64_t dim, int T, const int32_t* active,
-    const int32_t* active_rows, const int32_t* n_active, const float* act, float* __restrict__ out) {
+    const int32_t* n_active, const int32_t* expert_rows, const int32_t* expert_first, const float* act,
+    float* __restrict__ out) {
   constexpr int R = down_columns(TC);
   pdl_trigger();
   pdl_wait();  // the buckets (and activations); the expert, so its weights, is known only after
   Group g;
-  if (!group_of<kShared>(active, active_rows, n_active, T, &g)) return;
+  if (!group_of<kShared>(active, n_active, expert_rows, expert_first, T, &g)) return;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t d0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * R;
   if (d0 >= dim) return;
@@ -353,7 +334,6 @@ uintptr_t lay_out(uintptr_t at, const MoeShape& s, int64_t max_tokens, MoeScratc
   m->expert_rows = take(static_cast<int32_t*>(nullptr), E);
   m->expert_first = take(static_cast<int32_t*>(nullptr), E);
   m->active = take(static_cast<int32_t*>(nullptr), E);
-  m->active_rows = take(static_cast<int32_t*>(nullptr), 2 * E);
   m->n_active = take(static_cast<int32_t*>(nullptr), 1);
   m->pair_token = take(static_cast<int32_t*>(nullptr), P);
   m->pair_row = take(static_cast<int32_t*>(nullptr), P);
@@ -398,8 +378,7 @@ bool moe_route(const MoeShape& s, const MoeDeviceWeights& w, const float* xn, in
   launch_pdl(route_bucket_kernel, dim3(1), dim3(kBucketThreads), 0, stream, m.logits, rows, E, k, s.normalize, xn,
              ld_x, s.dim, shared ? w.shared_gate : nullptr, skipping ? skip->thresholds : nullptr,
              skipping ? skip->n_thresholds : 0, skipping ? skip->budget : 0, m.ids, m.weights, m.skipped,
-             m.shared_scale, m.expert_rows, m.expert_first, m.active, m.active_rows, m.n_active, m.pair_token,
-             m.pair_row);
+             m.shared_scale, m.expert_rows, m.expert_first, m.active, m.n_active, m.pair_token, m.pair_row);
   return true;
 }
 
@@ -415,12 +394,13 @@ void moe_experts(const MoeShape& s, const MoeDeviceWeights& w, const float* xn, 
   warp_dot::with_rows<8>(T, [&](auto tc) {
     constexpr int TC = decltype(tc)::value;
     launch_pdl(expert_gate_up_kernel<TC, false>, dim3(blocks_for(s.expert_ffn), slots), dim3(kWarps * 32), 0, stream,
-        w.gate_up, s.expert_ffn, s.dim, xn, ld_x, rows, m.active, m.active_rows, m.n_active, m.pair_token, m.act);
+        w.gate_up, s.expert_ffn, s.dim, xn, ld_x, rows, m.active, m.n_active, m.expert_rows, m.expert_first,
+        m.pair_token, m.act);
   });
   warp_dot::with_rows<8>(T, [&](auto tc) {
     constexpr int TC = decltype(tc)::value;
     launch_pdl(expert_down_kernel<TC, false>, dim3(blocks_for(s.dim / down_columns(TC)), slots), dim3(kWarps * 32), 0,
-        stream, w.down, s.expert_ffn, s.dim, rows, m.active, m.active_rows, m.n_active, m.act, m.out);
+        stream, w.down, s.expert_ffn, s.dim, rows, m.active, m.n_active, m.expert_rows, m.expert_first, m.act, m.out);
   });
 }
 
@@ -434,12 +414,13 @@ bool moe_shared_expert(const MoeShape& s, const MoeDeviceWeights& w, const float
   warp_dot::with_rows<16>(T, [&](auto tc) {
     constexpr int TC = decltype(tc)::value;
     launch_pdl(expert_gate_up_kernel<TC, true>, dim3(blocks_for(s.shared_ffn), 1), dim3(kWarps * 32), 0, stream,
-        w.shared_gate_up, s.shared_ffn, s.dim, xn, ld_x, rows, nullptr, nullptr, nullptr, nullptr, m.shared_act);
+        w.shared_gate_up, s.shared_ffn, s.dim, xn, ld_x, rows, nullptr, nullptr, nullptr, nullptr, nullptr,
+        m.shared_act);
   });
   warp_dot::with_rows<32>(T, [&](auto tc) {
     constexpr int TC = decltype(tc)::value;
     launch_pdl(expert_down_kernel<TC, true>, dim3(blocks_for(s.dim / down_columns(TC)), 1), dim3(kWarps * 32), 0,
-        stream, w.shared_down, s.shared_ffn, s.dim, rows, nullptr, nullptr, nullptr, m.shared_act, m.shared_out);
+        stream, w.shared_down, s.shared_ffn, s.dim, rows, nullptr, nullptr, nullptr, nullptr, m.shared_act, m.shared_out);
   });
   return true;
 }

@@ -70,7 +70,6 @@ struct MoeScratch {
   int32_t* expert_rows = nullptr; // (n_experts) pairs routed to each expert and kept
   int32_t* expert_first = nullptr;// (n_experts) its first row in the bucketed pairs
   int32_t* active = nullptr;      // (n_experts) experts with rows, ascending
-  int32_t* active_rows = nullptr; // (n_experts, 2) slot s's (first row, rows): active[s]'s, by slot
   int32_t* n_active = nullptr;    // (1)
   int32_t* pair_token = nullptr;  // (P) bucketed row → token
   int32_t* pair_row = nullptr;    // (P) token t's i-th routed pair → its bucketed row, −1 if skipped
