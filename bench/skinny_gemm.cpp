@@ -74,14 +74,20 @@ int main(int argc, char** argv) {
     return 1;
   }
   const std::vector<Shape> shapes = {
-      {"SmolLM2-135M", "qkv", 960, 576},          {"SmolLM2-135M", "gate_up", 3072, 576},
-      {"SmolLM2-135M", "down", 576, 1536},        {"SmolLM2-135M", "lm_head", 49152, 576},
-      {"llama-3.1-8b (synthetic)", "qkv", 6144, 4096},  {"llama-3.1-8b (synthetic)", "gate_up", 28672, 4096},
-      {"llama-3.1-8b (synthetic)", "down", 4096, 14336}, {"llama-3.1-8b (synthetic)", "lm_head", 128256, 4096},
+      {"SmolLM2-135M", "qkv", 960, 576},
+      {"SmolLM2-135M", "gate_up", 3072, 576},
+      {"SmolLM2-135M", "down", 576, 1536},
+      {"SmolLM2-135M", "lm_head", 49152, 576},
+      {"llama-3.1-8b (synthetic)", "qkv", 6144, 4096},
+      {"llama-3.1-8b (synthetic)", "gate_up", 28672, 4096},
+      {"llama-3.1-8b (synthetic)", "down", 4096, 14336},
+      {"llama-3.1-8b (synthetic)", "lm_head", 128256, 4096},
       // The attention side and router of a 2048-wide MoE model (OLMoE-1B-7B; Qwen1.5-MoE-A2.7B
       // has the same qkv and o, 60 experts, and a 151936-row lm_head).
-      {"olmoe-1b-7b (synthetic)", "qkv", 6144, 2048},   {"olmoe-1b-7b (synthetic)", "o", 2048, 2048},
-      {"olmoe-1b-7b (synthetic)", "router", 64, 2048},  {"olmoe-1b-7b (synthetic)", "lm_head", 50304, 2048},
+      {"olmoe-1b-7b (synthetic)", "qkv", 6144, 2048},
+      {"olmoe-1b-7b (synthetic)", "o", 2048, 2048},
+      {"olmoe-1b-7b (synthetic)", "router", 64, 2048},
+      {"olmoe-1b-7b (synthetic)", "lm_head", 50304, 2048},
   };
   cublasHandle_t cublas;
   if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS) {
@@ -161,12 +167,21 @@ int main(int argc, char** argv) {
       CHECK_CUDA(cudaGetLastError());
       const double bytes = double(s.N * s.K * 2 + T * s.K * 4 + T * s.N * 4);
       const double skinny_gbps = bytes / (skinny_ms * 1e-3) / 1e9, cublas_gbps = bytes / (cublas_ms * 1e-3) / 1e9;
-      results.push_back({{"model", s.model}, {"projection", s.name}, {"N", s.N}, {"K", s.K}, {"rows", T},
-                         {"skinny_us", skinny_ms * 1e3}, {"cublas_bf16_us", cublas_ms * 1e3},
-                         {"skinny_GBps", skinny_gbps}, {"cublas_GBps", cublas_gbps},
+      results.push_back({{"model", s.model},
+                         {"projection", s.name},
+                         {"N", s.N},
+                         {"K", s.K},
+                         {"rows", T},
+                         {"skinny_us", skinny_ms * 1e3},
+                         {"cublas_bf16_us", cublas_ms * 1e3},
+                         {"skinny_GBps", skinny_gbps},
+                         {"cublas_GBps", cublas_gbps},
                          {"skinny_fraction_of_copy", skinny_gbps * 1e9 / copy.bytes_per_s},
-                         {"skinny_over_cublas_speed", cublas_ms / skinny_ms}, {"fused_us", fused_ms * 1e3},
-                         {"fused_kernel", proj == "gate_up" ? "norm_swiglu" : proj == "down" || proj == "o" ? "accumulate" : "norm"}});
+                         {"skinny_over_cublas_speed", cublas_ms / skinny_ms},
+                         {"fused_us", fused_ms * 1e3},
+                         {"fused_kernel", proj == "gate_up"               ? "norm_swiglu"
+                                          : proj == "down" || proj == "o" ? "accumulate"
+                                                                          : "norm"}});
       if (fused_register_ms > 0.0) results.back()["fused_unstaged_us"] = fused_register_ms * 1e3;
       if (tc) {
         results.back()["tensor_core_us"] = tc_ms * 1e3;

@@ -117,8 +117,8 @@ __global__ void __launch_bounds__(kBucketThreads)
                         int n_thresholds, int budget, int32_t* __restrict__ ids, float* __restrict__ weights,
                         int32_t* __restrict__ skipped, float* __restrict__ shared_scale,
                         int32_t* __restrict__ expert_rows, int32_t* __restrict__ expert_first,
-                        int32_t* __restrict__ active, int32_t* __restrict__ n_active,
-                        int32_t* __restrict__ pair_token, int32_t* __restrict__ pair_row) {
+                        int32_t* __restrict__ active, int32_t* __restrict__ n_active, int32_t* __restrict__ pair_token,
+                        int32_t* __restrict__ pair_row) {
   using Scan = cub::BlockScan<int, kBucketThreads>;
   __shared__ typename Scan::TempStorage scan_storage;
   __shared__ float p[kRouteFloats];
@@ -135,8 +135,7 @@ __global__ void __launch_bounds__(kBucketThreads)
   if (warp < routers) {
     for (int t = warp; t < T; t += routers) {
       route_token(t, lane, logits, E, k, normalize, xn, ld_x, dim, shared_gate, thresholds, n_thresholds, budget,
-                  p + warp * E, chosen[warp], ids, weights, skipped, shared_scale, routed + t * k,
-                  routed_skipped + t);
+                  p + warp * E, chosen[warp], ids, weights, skipped, shared_scale, routed + t * k, routed_skipped + t);
     }
   }
   if (tid < E) rows[tid] = 0;
@@ -215,10 +214,11 @@ __host__ __device__ constexpr int down_columns(int TC) { return TC == 1 ? 4 : TC
 // token; a warp per channel f, rows in passes of at most TC (two weight rows, so TC ≤ 16), each
 // pass sized by the rows left (with_pass_rows).
 template <int TC, bool kShared>
-__global__ void __launch_bounds__(kWarps * 32, 2) expert_gate_up_kernel(
-    const bf16_bits* __restrict__ gate_up, int64_t ffn, int64_t dim, const float* xn, int64_t ld_x, int T,
-    const int32_t* active, const int32_t* n_active, const int32_t* expert_rows, const int32_t* expert_first,
-    const int32_t* pair_token, float* __restrict__ act) {
+__global__ void __launch_bounds__(kWarps * 32, 2)
+    expert_gate_up_kernel(const bf16_bits* __restrict__ gate_up, int64_t ffn, int64_t dim, const float* xn,
+                          int64_t ld_x, int T, const int32_t* active, const int32_t* n_active,
+                          const int32_t* expert_rows, const int32_t* expert_first, const int32_t* pair_token,
+                          float* __restrict__ act) {
   pdl_trigger();
   pdl_wait();  // the buckets (and activations); the expert, so its weights, is known only after
   Group g;
@@ -254,10 +254,10 @@ __global__ void __launch_bounds__(kWarps * 32, 2) expert_gate_up_kernel(
 // out[row][d] = down_e[d] · act[row] for the group's rows; a warp per R = down_columns(TC)
 // output columns d0..d0+R (dim % 8 == 0, so dim % R == 0), passes as in expert_gate_up_kernel.
 template <int TC, bool kShared>
-__global__ void __launch_bounds__(kWarps * 32, 2) expert_down_kernel(
-    const bf16_bits* __restrict__ down, int64_t ffn, int64_t dim, int T, const int32_t* active,
-    const int32_t* n_active, const int32_t* expert_rows, const int32_t* expert_first, const float* act,
-    float* __restrict__ out) {
+__global__ void __launch_bounds__(kWarps * 32, 2)
+    expert_down_kernel(const bf16_bits* __restrict__ down, int64_t ffn, int64_t dim, int T, const int32_t* active,
+                       const int32_t* n_active, const int32_t* expert_rows, const int32_t* expert_first,
+                       const float* act, float* __restrict__ out) {
   constexpr int R = down_columns(TC);
   pdl_trigger();
   pdl_wait();  // the buckets (and activations); the expert, so its weights, is known only after
@@ -375,8 +375,8 @@ bool moe_route(const MoeShape& s, const MoeDeviceWeights& w, const float* xn, in
   if (!skinny_gemm(w.router, s.n_experts, s.dim, xn, ld_x, T, m.logits, s.n_experts, false, stream)) return false;
   const int rows = static_cast<int>(T), k = static_cast<int>(s.top_k), E = static_cast<int>(s.n_experts);
   const bool skipping = skip != nullptr && skip->budget > 0 && skip->thresholds != nullptr;
-  launch_pdl(route_bucket_kernel, dim3(1), dim3(kBucketThreads), 0, stream, m.logits, rows, E, k, s.normalize, xn,
-             ld_x, s.dim, shared ? w.shared_gate : nullptr, skipping ? skip->thresholds : nullptr,
+  launch_pdl(route_bucket_kernel, dim3(1), dim3(kBucketThreads), 0, stream, m.logits, rows, E, k, s.normalize, xn, ld_x,
+             s.dim, shared ? w.shared_gate : nullptr, skipping ? skip->thresholds : nullptr,
              skipping ? skip->n_thresholds : 0, skipping ? skip->budget : 0, m.ids, m.weights, m.skipped,
              m.shared_scale, m.expert_rows, m.expert_first, m.active, m.n_active, m.pair_token, m.pair_row);
   return true;

@@ -344,16 +344,19 @@ __global__ void __launch_bounds__(kWarps * 32, TC > 1 ? 2 : 0)
 // of by each of its 8 warps. In skinny_kernel<1, kNorm, 8> the prefetched gammas and activations
 // (64 + 64 registers a lane) took the kernel to 175 registers, one block an SM: OLMoE's QKV
 // (6144 x 2048) took 13.6 us fused against 7.3 us plain; past 2048 (Llama-8B's 4096, kPrefetch 1)
-// each warp's gamma loads, scaling and x² sums doubled the loop's work (19.2 against 13.4 us)
-// (bench/results/skinny_norm_row_s17_h200_2026-12-02.json, the "before" columns). The values are
+// each warp's gamma loads, scaling and x² sums doubled the loop's work (19.2 against 13.4 us).
+// Staged: 6.6 and 14.1 us, Llama-8B's gate_up + SwiGLU 58.6 -> 54.1 (H200, one call,
+// bench/results/skinny_norm_row_s17_h200_2026-12-02.json; fused_unstaged_us is the old kernel;
+// the decode step: OLMoE 710-713 -> 807-808 tokens/s, Llama-8B 232 -> 244, the rmsnorm and MoE
+// routing changes of the same commit included: moe_norm_route_s17_h200_2026-12-02.json). The values are
 // skinny_kernel's exactly: stage[h·K8 + k8] holds scale4 of half h of step k8's 8 x, part[k8]
 // its sumsq8, and lane l sums part[l + 32i] in i order as skinny_kernel's lane l does, so the bits
 // are the same and a verify row still equals the decode step (tested:
 // skinny_gemm_test's StagedNormRowEqualsTheRegisterKernelBitForBit).
 template <Fuse F, int kPrefetch>
 __global__ void __launch_bounds__(kWarps * 32, 2)
-    skinny_norm_row_kernel(const bf16_bits* __restrict__ W, int64_t N, int64_t K, const float* X,
-                           float* __restrict__ Y, const float* __restrict__ gamma, float eps) {
+    skinny_norm_row_kernel(const bf16_bits* __restrict__ W, int64_t N, int64_t K, const float* X, float* __restrict__ Y,
+                           const float* __restrict__ gamma, float eps) {
   static_assert(F != Fuse::kPlain);
   constexpr int kRows = F == Fuse::kNormSwiGlu ? 2 : 1;
   extern __shared__ float4 stage[];  // (2, K8) float4, then part (K8) f32

@@ -80,33 +80,16 @@ TEST_F(ModelOpsTest, RmsNormMatchesCpuAtEveryWidth) {
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
-TEST_F(ModelOpsTest, RmsNormSwiGluRopeMatchCpu) {
-  const int64_t T = 5, dim = 576, ffn = 1536, heads = 9, kv_heads = 3, hd = 64;
-  auto x = random(T * dim, 3.0f), w = random(dim, 1.5f);
-  float* dx = upload(x);
-  float* dw = upload(w);
+// rmsnorm_rows: RmsNormMatchesCpuAtEveryWidth above.
+TEST_F(ModelOpsTest, SwiGluAndRopeMatchCpu) {
+  const int64_t T = 5, ffn = 1536, heads = 9, kv_heads = 3, hd = 64;
+  double worst = 0;
   float* dout = nullptr;
   ASSERT_EQ(cudaMalloc(&dout, T * ffn * 4), cudaSuccess);
-  rmsnorm_rows(dx, dim, dw, T, dim, 1e-5f, dout, nullptr);
-  auto out = download(dout, T * dim);
-  double worst = 0;
-  for (int64_t t = 0; t < T; ++t) {
-    double ss = 0;
-    for (int64_t i = 0; i < dim; ++i) ss += double(x[t * dim + i]) * x[t * dim + i];
-    const double inv = 1.0 / std::sqrt(ss / dim + 1e-5);
-    for (int64_t i = 0; i < dim; ++i) {
-      const double ref = x[t * dim + i] * inv * w[i];
-      worst = std::max(worst, std::abs(out[t * dim + i] - ref) / (std::abs(ref) + 1e-3));
-    }
-  }
-  // f32 out: only the f32 sums and rsqrtf differ from the double reference.
-  EXPECT_LT(worst, 1e-4) << "rmsnorm";
-
   auto gu = random(T * 2 * ffn, 4.0f);
   float* dgu = upload(gu);
   swiglu_rows(dgu, T, ffn, dout, nullptr);
-  out = download(dout, T * ffn);
-  worst = 0;
+  auto out = download(dout, T * ffn);
   for (int64_t t = 0; t < T; ++t)
     for (int64_t i = 0; i < ffn; ++i) {
       const double g = gu[t * 2 * ffn + i], u = gu[t * 2 * ffn + ffn + i];
@@ -142,8 +125,6 @@ TEST_F(ModelOpsTest, RmsNormSwiGluRopeMatchCpu) {
     cudaFree(dq);
     cudaFree(dpos);
   }
-  cudaFree(dx);
-  cudaFree(dw);
   cudaFree(dgu);
   cudaFree(dout);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
