@@ -645,9 +645,8 @@ bool launch_staged(const bf16_bits* W, int64_t N, int64_t K, const float* X, int
 }
 
 // Whether a pass of rows takes the staged kernel: 2..16 rows whose X fits the stage, rows of at
-// most 2048 (measured on SmolLM2's shapes only; Llama-8B's long rows keep the register kernel).
-// By shape (outputs per warp 0) only wide matrices (N ≥ 8448, 2 waves of 32-column blocks on
-// the H100): on SmolLM2's lm_head (49152 x 576) at 4 outputs a warp the RMSNorm-fused product
+// most 4096. By shape (outputs per warp 0), rows of at most 2048 only on wide matrices (N ≥ 8448,
+// 2 waves of 32-column blocks on the H100): on SmolLM2's lm_head (49152 x 576) at 4 outputs a warp the RMSNorm-fused product
 // took 60 / 79 / 103 / 140 us at 5 / 8 / 11 / 16 rows against 79 / 117 / 191 / 217 with X
 // through L1 (a quarter of the activation reads), but the layers' small matrices (576-3072
 // columns) ran slower staged at every row count (e.g. gate_up at 2 rows 3.1 us → 6.2-10.8):
@@ -655,12 +654,18 @@ bool launch_staged(const bf16_bits* W, int64_t N, int64_t K, const float* X, int
 // the kernel loops over tiles in one wave (session 11), the plain lm_head (the backend's, with
 // RMSNorm as its own kernel) pays from 3 rows: 28.5 / 33.8 us at 3 / 4 rows against 31.7 / 46.0
 // through L1; at 2 rows L1 still wins, 24.4 against 27.4 (bench/results/skinny_lm_head_s11_*).
+// Rows of 2049..4096 (Llama-8B's and Mixtral's attention, Llama's gate_up and lm_head) from 3
+// rows on every matrix: at 3-6 rows the register kernel re-read X through L1 for each output
+// column and streamed at 1.2-2.6 TB/s of the H200's 4.3; staged, on the H200, qkv + RMSNorm at 4 / 6 rows 39.6 /
+// 52.2 -> 29.6 / 35.0 us, gate_up + SwiGLU 102.2 / 149.6 -> 86.7 / 98.0, the lm_head 610 /
+// 828 -> 334 / 347 (bench/results/skinny_staged_k4096_s17_h200_2026-12-02.json; at 2 rows the
+// plain qkv was slower staged, 20.8 -> 26.0). Past 6 rows X outgrows the stage.
 bool staged_fits(int64_t N, int64_t K, int rows) {
-  if (g_outputs_per_warp < 0 || rows < 2 || rows > kStagedMaxRows || K > 2048 || rows * K * 4 > kStagedMaxBytes) {
+  if (g_outputs_per_warp < 0 || rows < 2 || rows > kStagedMaxRows || K > 4096 || rows * K * 4 > kStagedMaxBytes) {
     return false;
   }
   if (g_outputs_per_warp > 0) return true;
-  return N >= 8448 && rows >= 3;
+  return rows >= 3 && (K > 2048 || N >= 8448);
 }
 
 // Whether one-row normed products take skinny_norm_row_kernel (set_skinny_norm_row_staged).

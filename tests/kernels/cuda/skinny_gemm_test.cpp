@@ -182,10 +182,12 @@ TEST_F(SkinnyGemmTest, NormAndSwiGluFusionsMatchTheSeparateSteps) {
 // a warp), equals the one-row kernel on that row alone,
 // bit for bit. N 1003 is no multiple of a block's columns, 8456 wide enough for the staged
 // kernel by shape; K 576 is SmolLM2's hidden size (its last step covers lanes 0..7 only), 1544
-// like its down projection's, 4160 too long for the staged X (the register kernel).
+// like its down projection's, 4096 Llama-8B's (staged by shape from 3 rows, up to 6: the stage),
+// 4160 too long for the staged X (the register kernel).
 TEST_F(SkinnyGemmTest, MultiRowKernelsMatchTheOneRowKernelBitForBit) {
   enum Kind { kPlain, kAccumulate, kNorm, kNormSwiGlu };
-  for (const auto& [N, K] : {std::pair<int64_t, int64_t>{1003, 576}, {8456, 576}, {1003, 1544}, {250, 4160}}) {
+  for (const auto& [N, K] :
+       {std::pair<int64_t, int64_t>{1003, 576}, {8456, 576}, {1003, 1544}, {1003, 4096}, {250, 4160}}) {
     const int64_t ld_x = K + 4, max_T = 16;
     const auto w = bf16_weights(2 * N * K, 0.05f);
     auto gamma = random(K, 1.0f);
