@@ -422,25 +422,28 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   if (lane == 0) Y[n] = s;
 }
 
-// The multi-row kernel with X staged in shared memory (2..16 rows, T·K·4 bytes up to
-// kStagedMaxBytes): the block copies X's T rows in once (cp.async, all in flight at once) instead
-// of every warp re-reading them through L1 at every step, and each warp owns kOut output columns
+// The multi-row kernel with X staged in shared memory (2..16 rows): the block copies X's T rows in
+// once (cp.async, all in flight at once) instead of every warp re-reading them through L1 at every
+// step, or, where T·K·4 bytes pass kStagedMaxBytes (Llama-8B's down projection, K 14336; 7-16 rows
+// of K 4096), in chunks of C8 steps, each tile again, all warps meeting at a barrier before and
+// after each chunk's copy. Each warp owns kOut output columns
 // (kOut weight rows, 2·kOut for the SwiGLU warps), so each activation it reads serves kOut of
 // them. Each (row t, output n) keeps skinny_kernel's arithmetic exactly: lane l takes k8 = l + 32i
 // in order with the same 8-term expression, the same x² sum and gamma scaling, warp sums in
 // warp_sum's pairs (warp_sums_transposed) and the same epilogue, so a verify row is bit-identical
 // to the decode step's one-row kernel (tested:
 // skinny_gemm_test's MultiRowKernelsMatchTheOneRowKernelBitForBit).
-// Layout of the stage: row t's k8-th 8 values as two float4 at [(2t + h)·K8 + k8], h = 0, 1, so a
-// warp's 16-byte reads of one half are contiguous (no bank conflicts).
+// Layout of the stage: row t's k8-th 8 values (k8 from the chunk's first) as two float4 at
+// [(2t + h)·C8 + k8], h = 0, 1, so a warp's 16-byte reads of one half are contiguous (no bank
+// conflicts).
 constexpr int64_t kStagedMaxBytes = 100 * 1024;
 constexpr int kStagedMaxRows = 16;
 
-template <int TC, Fuse F, int kOut>
+template <int TC, Fuse F, int kOut, bool kChunked>
 __global__ void __launch_bounds__(kWarps * 32, kOut == 1 ? 2 : 1)
     skinny_staged_kernel(const bf16_bits* __restrict__ W, int64_t N, int64_t K, const float* X,
                          int64_t ld_x, int T, float* __restrict__ Y, int64_t ldy, bool accumulate,
-                         const float* __restrict__ gamma, float eps) {
+                         const float* __restrict__ gamma, float eps, int64_t C8) {
   extern __shared__ float4 xs[];
   constexpr bool kNormed = F != Fuse::kPlain;
   constexpr int kPer = F == Fuse::kNormSwiGlu ? 2 : 1;  // weight rows per output column
@@ -495,30 +498,36 @@ __global__ void __launch_bounds__(kWarps * 32, kOut == 1 ? 2 : 1)
   load_pre();
   pdl_trigger();
   pdl_wait();
-  // Stage X's rows once for all the block's tiles (written by the kernel before: cp.async goes
-  // through L2, not the read-only path).
-  {
-    const int64_t K4 = K / 4;
+  // Stage X's steps [c0, c0 + C8) of every row (written by the kernel before: cp.async goes
+  // through L2, not the read-only path): at once for all the block's tiles when the stage holds
+  // all of K (C8 = K8), else chunk by chunk, each tile again.
+  constexpr bool chunked = kChunked;  // then C8 < K8; else C8 = K8
+  const int64_t S8 = chunked ? C8 : K8;  // the stage's steps a row (K8 known to the unchunked loop)
+  auto stage = [&](int64_t c0) {
+    const int64_t n8 = !chunked ? K8 : K8 - c0 < C8 ? K8 - c0 : C8;
     for (int t = 0; t < T; ++t) {
-      for (int64_t c = threadIdx.x; c < K4; c += kWarps * 32) {
-        float4* dst = xs + (2 * t + (c & 1)) * K8 + (c >> 1);
+      for (int64_t c = threadIdx.x; c < 2 * n8; c += kWarps * 32) {
+        float4* dst = xs + (2 * t + (c & 1)) * S8 + (c >> 1);
         const unsigned dst_s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst_s), "l"(X + t * ld_x + c * 4));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst_s), "l"(X + t * ld_x + c0 * 8 + c * 4));
       }
     }
     asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
-  }
+  };
+  if constexpr (!chunked) stage(0);
   __syncthreads();
   // skinny_kernel's accum(): accumulate_step for kRows weight rows.
   auto accum = [&](int t, const uint4(&wv)[kRows], float4 a, float4 b, float4 ga, float4 gb) {
     accumulate_step<kRows, kNormed>(wv, a, b, ga, gb, acc, sumsq, t);
   };
   // One step's products for every row: rows past T repeat row T - 1 (never written).
+  int64_t c0 = 0;  // the staged chunk's first step
   auto step = [&](int64_t k8, const uint4(&wv)[kRows], const float4(&g)[2]) {
+    const int64_t i = k8 - c0;
 #pragma unroll
     for (int t = 0; t < TC; ++t) {
       const int tt = t < T ? t : T - 1;
-      accum(t, wv, xs[2 * tt * K8 + k8], xs[(2 * tt + 1) * K8 + k8], g[0], g[1]);
+      accum(t, wv, xs[2 * tt * S8 + i], xs[(2 * tt + 1) * S8 + i], g[0], g[1]);
     }
   };
   // Every tile repeats the same arithmetic for its columns (x² sums included), so a column's
@@ -533,18 +542,43 @@ __global__ void __launch_bounds__(kWarps * 32, kOut == 1 ? 2 : 1)
     uint4 wcur[kRows];
     float4 gcur[2] = {one, one};
     load_step(lane + 32 * kPre, wcur, gcur);  // in flight while the pre steps compute
+    if constexpr (chunked) {  // every warp has finished with the last tile's chunk
+      __syncthreads();
+      stage(c0 = 0);
+      __syncthreads();
+    }
 #pragma unroll
     for (int i = 0; i < kPre; ++i) {
       if (lane + 32 * i < K8) step(lane + 32 * i, pre[i], gpre[i]);
     }
-    for (int64_t k8 = lane + 32 * kPre; k8 < K8; k8 += 32) {
-      uint4 wnext[kRows];
-      float4 gnext[2] = {one, one};
-      load_step(k8 + 32, wnext, gnext);
-      step(k8, wcur, gcur);
+    if constexpr (!chunked) {
+      for (int64_t k8 = lane + 32 * kPre; k8 < K8; k8 += 32) {
+        uint4 wnext[kRows];
+        float4 gnext[2] = {one, one};
+        load_step(k8 + 32, wnext, gnext);
+        step(k8, wcur, gcur);
 #pragma unroll
-      for (int j = 0; j < kRows; ++j) wcur[j] = wnext[j];
-      gcur[0] = gnext[0], gcur[1] = gnext[1];
+        for (int j = 0; j < kRows; ++j) wcur[j] = wnext[j];
+        gcur[0] = gnext[0], gcur[1] = gnext[1];
+      }
+    } else {
+      // The same steps, base by base (a base's 32 steps are one per lane; C8 is a multiple of 32,
+      // so a chunk starts at a base), every lane through every base for the barriers.
+      for (int64_t base = 32 * kPre; base < K8; base += 32) {
+        if (base - c0 == C8) {
+          __syncthreads();
+          stage(c0 = base);
+          __syncthreads();
+        }
+        const int64_t k8 = base + lane;
+        uint4 wnext[kRows];
+        float4 gnext[2] = {one, one};
+        load_step(k8 + 32, wnext, gnext);
+        if (k8 < K8) step(k8, wcur, gcur);
+#pragma unroll
+        for (int j = 0; j < kRows; ++j) wcur[j] = wnext[j];
+        gcur[0] = gnext[0], gcur[1] = gnext[1];
+      }
     }
     const int64_t col = n0;
     if (tile + gridDim.x < tiles) {  // the next tile's first steps load under this epilogue
@@ -605,32 +639,54 @@ int staged_outputs_per_warp(Fuse f) {
   return most;
 }
 
-template <Fuse F, int TC, int kOut>
-bool launch_staged_as(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld_x, int T, float* Y,
-                      int64_t ldy, bool accumulate, const float* gamma, float eps, cudaStream_t stream) {
+// The chunked stage's kernel only for the by-shape column count (staged_outputs_per_warp's
+// default): the others stay as they were (a second loop in them cost registers: 128 -> 162 at
+// 3 rows of 4 columns, one block an SM where two fit).
+template <Fuse F, int TC, int kOut, bool kChunked>
+bool launch_staged_kernel(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld_x, int T, float* Y,
+                          int64_t ldy, bool accumulate, const float* gamma, float eps, int64_t C8, cudaStream_t stream) {
   // Past 48 KB of dynamic shared memory a kernel must ask for it, once.
   static const bool allowed =
-      cudaFuncSetAttribute(skinny_staged_kernel<TC, F, kOut>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      cudaFuncSetAttribute(skinny_staged_kernel<TC, F, kOut, kChunked>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(kStagedMaxBytes)) == cudaSuccess;
   if (!allowed) return false;
   const int64_t per_block = int64_t{kWarps} * kOut;
   const int64_t tiles = (N + per_block - 1) / per_block;
-  const auto smem = static_cast<size_t>(T * K * 4);
+  const auto smem = static_cast<size_t>(T * C8 * 32);
   // One wave of blocks that loop over the tiles: each stages X once and keeps weight loads in
   // flight across its tiles. One block a tile (the kernel before) ran SmolLM2's lm_head in ~11
   // short waves at one block an SM, each paying the X staging and a DRAM round trip per step.
   int device = 0, sms = 0, resident = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, skinny_staged_kernel<TC, F, kOut>, kWarps * 32, smem) !=
-          cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, skinny_staged_kernel<TC, F, kOut, kChunked>, kWarps * 32,
+                                                    smem) != cudaSuccess ||
       resident < 1) {
     return false;
   }
   const auto blocks = static_cast<unsigned>(std::min<int64_t>(tiles, int64_t{sms} * resident));
-  launch_pdl(skinny_staged_kernel<TC, F, kOut>, dim3(blocks), dim3(kWarps * 32), smem, stream, W, N, K, X, ld_x, T, Y,
-             ldy, accumulate, gamma, eps);
+  launch_pdl(skinny_staged_kernel<TC, F, kOut, kChunked>, dim3(blocks), dim3(kWarps * 32), smem, stream, W, N, K, X,
+             ld_x, T, Y, ldy, accumulate, gamma, eps, C8);
   return true;
+}
+
+template <Fuse F, int TC, int kOut>
+bool launch_staged_as(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld_x, int T, float* Y,
+                      int64_t ldy, bool accumulate, const float* gamma, float eps, cudaStream_t stream) {
+  // X's rows whole in the stage where they fit, else chunks of C8 steps (32 bytes a row and step),
+  // a multiple of 32 steps (a chunk starts where every lane starts a step) and at least the 128
+  // the kernel's first steps take before its loop.
+  const int64_t K8 = K / 8;
+  if (T * K * 4 <= kStagedMaxBytes) {
+    return launch_staged_kernel<F, TC, kOut, false>(W, N, K, X, ld_x, T, Y, ldy, accumulate, gamma, eps, K8, stream);
+  }
+  if constexpr (kOut == (F == Fuse::kNormSwiGlu ? 2 : 4)) {
+    const int64_t C8 = kStagedMaxBytes / (32 * T) / 32 * 32;
+    if (C8 < 128) return false;
+    return launch_staged_kernel<F, TC, kOut, true>(W, N, K, X, ld_x, T, Y, ldy, accumulate, gamma, eps, C8, stream);
+  } else {
+    return false;
+  }
 }
 
 template <Fuse F, int TC>
@@ -644,8 +700,9 @@ bool launch_staged(const bf16_bits* W, int64_t N, int64_t K, const float* X, int
   return launch_staged_as<F, TC, 1>(W, N, K, X, ld_x, T, Y, ldy, accumulate, gamma, eps, stream);
 }
 
-// Whether a pass of rows takes the staged kernel: 2..16 rows whose X fits the stage, rows of at
-// most 4096. By shape (outputs per warp 0), rows of at most 2048 only on wide matrices (N ≥ 8448,
+// Whether a pass of rows takes the staged kernel: 2..16 rows (X in chunks where it does not fit
+// the stage whole). By shape (outputs per warp 0), rows of at most 2048 only on wide matrices
+// whose X fits whole (N ≥ 8448,
 // 2 waves of 32-column blocks on the H100): on SmolLM2's lm_head (49152 x 576) at 4 outputs a warp the RMSNorm-fused product
 // took 60 / 79 / 103 / 140 us at 5 / 8 / 11 / 16 rows against 79 / 117 / 191 / 217 with X
 // through L1 (a quarter of the activation reads), but the layers' small matrices (576-3072
@@ -659,13 +716,13 @@ bool launch_staged(const bf16_bits* W, int64_t N, int64_t K, const float* X, int
 // column and streamed at 1.2-2.6 TB/s of the H200's 4.3; staged, on the H200, qkv + RMSNorm at 4 / 6 rows 39.6 /
 // 52.2 -> 29.6 / 35.0 us, gate_up + SwiGLU 102.2 / 149.6 -> 86.7 / 98.0, the lm_head 610 /
 // 828 -> 334 / 347 (bench/results/skinny_staged_k4096_s17_h200_2026-12-02.json; at 2 rows the
-// plain qkv was slower staged, 20.8 -> 26.0). Past 6 rows X outgrows the stage.
+// plain qkv was slower staged, 20.8 -> 26.0). Longer rows and more of them take X in chunks:
+// the down projection (K 14336) and 7-8 rows of the others (session 17, the chunked stage;
+// bench/results/skinny_staged_chunks_s17_h200_2026-12-02.json).
 bool staged_fits(int64_t N, int64_t K, int rows) {
-  if (g_outputs_per_warp < 0 || rows < 2 || rows > kStagedMaxRows || K > 4096 || rows * K * 4 > kStagedMaxBytes) {
-    return false;
-  }
-  if (g_outputs_per_warp > 0) return true;
-  return rows >= 3 && (K > 2048 || N >= 8448);
+  if (g_outputs_per_warp < 0 || rows < 2 || rows > kStagedMaxRows) return false;
+  if (g_outputs_per_warp > 0) return true;  // forced: X in chunks where it does not fit whole
+  return rows >= 3 && (K > 2048 || (N >= 8448 && rows * K * 4 <= kStagedMaxBytes));
 }
 
 // Whether one-row normed products take skinny_norm_row_kernel (set_skinny_norm_row_staged).

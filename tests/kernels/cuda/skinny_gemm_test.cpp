@@ -182,8 +182,9 @@ TEST_F(SkinnyGemmTest, NormAndSwiGluFusionsMatchTheSeparateSteps) {
 // a warp), equals the one-row kernel on that row alone,
 // bit for bit. N 1003 is no multiple of a block's columns, 8456 wide enough for the staged
 // kernel by shape; K 576 is SmolLM2's hidden size (its last step covers lanes 0..7 only), 1544
-// like its down projection's, 4096 Llama-8B's (staged by shape from 3 rows, up to 6: the stage),
-// 4160 too long for the staged X (the register kernel).
+// like its down projection's, 4096 Llama-8B's (staged by shape from 3 rows; past 6 rows X in
+// chunks), 4160 in chunks from 7 rows, the last chunk short and its last step covering lanes
+// 0..7 only.
 TEST_F(SkinnyGemmTest, MultiRowKernelsMatchTheOneRowKernelBitForBit) {
   enum Kind { kPlain, kAccumulate, kNorm, kNormSwiGlu };
   for (const auto& [N, K] :
