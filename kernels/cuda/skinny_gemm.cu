@@ -716,13 +716,18 @@ bool launch_staged(const bf16_bits* W, int64_t N, int64_t K, const float* X, int
 // column and streamed at 1.2-2.6 TB/s of the H200's 4.3; staged, on the H200, qkv + RMSNorm at 4 / 6 rows 39.6 /
 // 52.2 -> 29.6 / 35.0 us, gate_up + SwiGLU 102.2 / 149.6 -> 86.7 / 98.0, the lm_head 610 /
 // 828 -> 334 / 347 (bench/results/skinny_staged_k4096_s17_h200_2026-12-02.json; at 2 rows the
-// plain qkv was slower staged, 20.8 -> 26.0). Longer rows and more of them take X in chunks:
-// the down projection (K 14336) and 7-8 rows of the others (session 17, the chunked stage;
-// bench/results/skinny_staged_chunks_s17_h200_2026-12-02.json).
+// plain qkv was slower staged, 20.8 -> 26.0). Longer rows and more of them take X in chunks from
+// 5 rows: the down projection (K 14336) and 7-8 rows of the others. Whole 8B verifies against the
+// kernels before, H200: 5 / 6 / 7 / 8 / 9 rows 8.78 / 8.95 / 14.45 / 14.56 / 6.30 ->
+// 7.65 / 8.05 / 10.80 / 11.31 / 5.19 ms (9 rows: the exact lm_head's 9 rows), but 3 rows
+// 6.69 -> 6.95 with the down projection chunked, so below 5 rows it keeps the register kernel
+// (bench/results/skinny_staged_chunks_s17_h200_2026-12-02.json).
 bool staged_fits(int64_t N, int64_t K, int rows) {
   if (g_outputs_per_warp < 0 || rows < 2 || rows > kStagedMaxRows) return false;
   if (g_outputs_per_warp > 0) return true;  // forced: X in chunks where it does not fit whole
-  return rows >= 3 && (K > 2048 || (N >= 8448 && rows * K * 4 <= kStagedMaxBytes));
+  const bool whole = rows * K * 4 <= kStagedMaxBytes;
+  if (K > 2048) return rows >= (whole ? 3 : 5);
+  return rows >= 3 && N >= 8448 && whole;
 }
 
 // Whether one-row normed products take skinny_norm_row_kernel (set_skinny_norm_row_staged).
