@@ -12,21 +12,33 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
 
 
 def run(cmd, timeout):
+    """(exit code, stdout + stderr, seconds). Past the timeout the command's whole process group
+    is killed, not only the command: compute-sanitizer's target outlived a killed sanitizer and
+    kept the GPU busy for minutes, slowing every benchmark after it
+    (bench/results/skinny_staged_chunks_s17_h200_2026-12-02.json)."""
     start = time.time()
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-        return p.returncode, p.stdout + p.stderr, time.time() - start
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             start_new_session=True)
     except FileNotFoundError:
         return 127, f"{cmd[0]}: not found", 0.0
-    except subprocess.TimeoutExpired as e:
-        out = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
-        return 124, out + "\n[timed out]", time.time() - start
+    try:
+        out, _ = p.communicate(timeout=timeout)
+        return p.returncode, out, time.time() - start
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        out, _ = p.communicate()
+        return 124, (out or "") + "\n[timed out]", time.time() - start
 
 
 def nvidia(query):
