@@ -19,6 +19,10 @@
 // (X staged once a block), and the backend's lm_head takes RMSNorm as its own kernel: decode
 // 2440-2467 -> 2514-2525 tokens/s, a 13-row verify 1.36 -> 1.28 ms
 // (bench/results/cuda_verify_rows_s11_h100_2026-11-25.json).
+// 2026-12-02 (session 17, H200): the one-row RMSNorm-fused products stage x ⊙ gamma once a block
+// (OLMoE's QKV 13.6 -> 6.6 us), and rows longer than 2048 take the staged kernel from 3 rows,
+// X in chunks past the stage from 5: Llama-8B's exact 5-row verify 11.07 -> 7.65 ms
+// (bench/results/skinny_norm_row_s17_*, cuda_verify_rows_8b_s17_*, skinny_staged_chunks_s17_*).
 #include <cstdint>
 
 typedef struct CUstream_st* cudaStream_t;
