@@ -130,28 +130,23 @@ int main(int argc, char** argv) {
       // The fused kernel the CUDA backend runs at this shape where the skinny kernel pays: RMSNorm
       // + QKV, RMSNorm + gate_up + SwiGLU (N/2 outputs), RMSNorm + lm_head; down and o accumulate.
       const std::string proj = s.name;
-      const double fused_ms = time_ms([&] {
+      const bool normed = proj != "down" && proj != "o";
+      auto fused = [&] {
         if (proj == "gate_up") {
           cuda::skinny_gemm_norm_swiglu(w, s.N / 2, s.K, x, s.K, T, gamma, 1e-5f, y, s.N / 2, stream);
-        } else if (proj == "down" || proj == "o") {
+        } else if (!normed) {
           cuda::skinny_gemm(w, s.N, s.K, x, s.K, T, y, s.N, true, stream);
         } else {
           cuda::skinny_gemm_norm(w, s.N, s.K, x, s.K, T, gamma, 1e-5f, y, s.N, stream);
         }
-      });
+      };
+      const double fused_ms = time_ms(fused);
       // One row normed: the same fused product with each warp staging its own x ⊙ gamma (the
       // kernel before session 17's skinny_norm_row_kernel), side by side.
-      const bool normed = proj != "down" && proj != "o";
       double fused_register_ms = 0.0;
       if (T == 1 && normed) {
         cuda::set_skinny_norm_row_staged(false);
-        fused_register_ms = time_ms([&] {
-          if (proj == "gate_up") {
-            cuda::skinny_gemm_norm_swiglu(w, s.N / 2, s.K, x, s.K, T, gamma, 1e-5f, y, s.N / 2, stream);
-          } else {
-            cuda::skinny_gemm_norm(w, s.N, s.K, x, s.K, T, gamma, 1e-5f, y, s.N, stream);
-          }
-        });
+        fused_register_ms = time_ms(fused);
         cuda::set_skinny_norm_row_staged(true);
       }
       // The tensor-core path (1..16 rows; X split into bf16 hi + lo in the kernel).
@@ -179,9 +174,9 @@ int main(int argc, char** argv) {
                          {"skinny_fraction_of_copy", skinny_gbps * 1e9 / copy.bytes_per_s},
                          {"skinny_over_cublas_speed", cublas_ms / skinny_ms},
                          {"fused_us", fused_ms * 1e3},
-                         {"fused_kernel", proj == "gate_up"               ? "norm_swiglu"
-                                          : proj == "down" || proj == "o" ? "accumulate"
-                                                                          : "norm"}});
+                         {"fused_kernel", proj == "gate_up" ? "norm_swiglu"
+                                          : normed          ? "norm"
+                                                            : "accumulate"}});
       if (fused_register_ms > 0.0) results.back()["fused_unstaged_us"] = fused_register_ms * 1e3;
       if (tc) {
         results.back()["tensor_core_us"] = tc_ms * 1e3;

@@ -10,6 +10,7 @@
 #include "kernels/cuda/paged_kv.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/prefill_attention.h"
+#include "kernels/cuda/warp_dot.cuh"
 
 namespace specula::cuda {
 namespace {
@@ -540,21 +541,13 @@ void rmsnorm_rows(const float* x, int64_t ld_x, const float* weight, int64_t T, 
                   cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(T)), block(kNormThreads);
   const int64_t per = (dim + kNormThreads - 1) / kNormThreads;
-  if (per <= 1) {
-    launch_pdl(rmsnorm_kernel<1>, grid, block, 0, stream, x, ld_x, weight, dim, eps, out);
-  } else if (per <= 2) {
-    launch_pdl(rmsnorm_kernel<2>, grid, block, 0, stream, x, ld_x, weight, dim, eps, out);
-  } else if (per <= 4) {
-    launch_pdl(rmsnorm_kernel<4>, grid, block, 0, stream, x, ld_x, weight, dim, eps, out);
-  } else if (per <= 8) {
-    launch_pdl(rmsnorm_kernel<8>, grid, block, 0, stream, x, ld_x, weight, dim, eps, out);
-  } else if (per <= 16) {
-    launch_pdl(rmsnorm_kernel<16>, grid, block, 0, stream, x, ld_x, weight, dim, eps, out);
-  } else if (per <= kNormMaxPer) {
-    launch_pdl(rmsnorm_kernel<kNormMaxPer>, grid, block, 0, stream, x, ld_x, weight, dim, eps, out);
-  } else {
+  if (per > kNormMaxPer) {
     launch_pdl(rmsnorm_kernel<0>, grid, block, 0, stream, x, ld_x, weight, dim, eps, out);
+    return;
   }
+  warp_dot::with_rows<kNormMaxPer>(per, [&](auto held) {
+    launch_pdl(rmsnorm_kernel<decltype(held)::value>, grid, block, 0, stream, x, ld_x, weight, dim, eps, out);
+  });
 }
 
 void swiglu_rows(const float* gu, int64_t T, int64_t ffn, float* out, cudaStream_t stream) {

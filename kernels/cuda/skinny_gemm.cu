@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/skinny_gemm.h"
+#include "kernels/cuda/warp_dot.cuh"
 
 namespace specula::cuda {
 namespace {
@@ -111,10 +112,6 @@ __device__ __forceinline__ float swiglu(float gate, float up) {
   return __fmul_rn(__fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate))), up);
 }
 
-// A bf16 is the upper half of an f32: the two halves of a 32-bit word, widened exactly.
-__device__ __forceinline__ float lo_bf16(uint32_t w) { return __uint_as_float(w << 16); }
-__device__ __forceinline__ float hi_bf16(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
-
 // acc[r][t] += w_r · (x ⊙ gamma) over one step's 8 k of row t (the weight rows' 8 bf16 each in wv),
 // and, normed, the 8 x² into sumsq[t]: every multi-row and one-row kernel's step, in one pinned
 // order (a verify row must repeat a decode step's bits).
@@ -123,10 +120,7 @@ __device__ __forceinline__ void accumulate_step(const uint4 (&wv)[kRows], float4
                                                 float (&acc)[kRows][kT], float (&sumsq)[kS], int t) {
   float w[kRows][8];
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    w[r][0] = lo_bf16(wv[r].x), w[r][1] = hi_bf16(wv[r].x), w[r][2] = lo_bf16(wv[r].y), w[r][3] = hi_bf16(wv[r].y);
-    w[r][4] = lo_bf16(wv[r].z), w[r][5] = hi_bf16(wv[r].z), w[r][6] = lo_bf16(wv[r].w), w[r][7] = hi_bf16(wv[r].w);
-  }
+  for (int r = 0; r < kRows; ++r) warp_dot::widen8(wv[r], w[r]);
   if constexpr (kNormed) {
     sumsq[t] = __fadd_rn(sumsq[t], sumsq8(a, b));
     a = scale4(a, ga);
@@ -391,10 +385,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   auto step = [&](int64_t k8, const uint4(&wv)[kRows]) {
     float w[kRows][8];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      w[r][0] = lo_bf16(wv[r].x), w[r][1] = hi_bf16(wv[r].x), w[r][2] = lo_bf16(wv[r].y), w[r][3] = hi_bf16(wv[r].y);
-      w[r][4] = lo_bf16(wv[r].z), w[r][5] = hi_bf16(wv[r].z), w[r][6] = lo_bf16(wv[r].w), w[r][7] = hi_bf16(wv[r].w);
-    }
+    for (int r = 0; r < kRows; ++r) warp_dot::widen8(wv[r], w[r]);
     sumsq[0] = __fadd_rn(sumsq[0], part[k8]);
     const float4 a = stage[k8], b = stage[K8 + k8];
 #pragma unroll
