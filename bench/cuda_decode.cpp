@@ -437,12 +437,15 @@ int main(int argc, char** argv) {
       {"auto", Route::kAuto}, {"skinny", Route::kSkinny}, {"tc", Route::kTensorCore}, {"cublas", Route::kCublas}};
   std::string layer_route = "auto", head_route = "auto";
   bool cublaslt = false;  // the engine's default (CudaBackendOptions::cublaslt_tuned)
+  bool verify_gemm = true;  // the engine's default (CudaBackendOptions::verify_gemm)
   app.add_option("--layer-route", layer_route, "GEMM route of the layers' projections at 2+ rows (A/B timing)")
       ->check(CLI::IsMember({"auto", "skinny", "tc", "cublas"}));
   app.add_option("--head-route", head_route, "GEMM route of the logits GEMM at 2+ rows (A/B timing)")
       ->check(CLI::IsMember({"auto", "skinny", "tc", "cublas"}));
   app.add_option("--cublaslt", cublaslt,
                  "stacked split-halves GEMMs on tuned cuBLASLt, else cublasGemmEx (true|false)");
+  app.add_option("--verify-gemm", verify_gemm,
+                 "stacked split-halves GEMMs on our wgmma kernel where the GPU runs it, else cuBLAS (true|false)");
   app.add_option("--profile", profile_path, "also run once under CUPTI capture into this session file");
   app.add_option("--commit", commit, "commit the binary was built from (for the JSON)");
   app.add_option("--out", out_path, "also write the JSON here");
@@ -457,6 +460,7 @@ int main(int argc, char** argv) {
   options.layer_route = routes.at(layer_route);
   options.head_route = routes.at(head_route);
   options.cublaslt_tuned = cublaslt;
+  options.verify_gemm = verify_gemm;
   std::unique_ptr<specula::Model> model;
   std::unique_ptr<specula::CudaBackend> backend;
   std::vector<int32_t> prompt;
@@ -535,6 +539,7 @@ int main(int argc, char** argv) {
       {"layer_route", layer_route},
       {"head_route", head_route},
       {"cublaslt_tuned", cublaslt},
+      {"verify_gemm", verify_gemm},
       {"kv_capacity", kv_capacity},
       {"prompt_tokens", prompt.size()},
       {"decode_tokens", tokens},

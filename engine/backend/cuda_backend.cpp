@@ -492,6 +492,7 @@ Expected<std::unique_ptr<CudaBackend>> make_cuda_backend(const Model& model, con
   backend->impl_->layer_route = options.layer_route;
   backend->impl_->head_route = options.head_route;
   backend->impl_->cublaslt_tuned = options.cublaslt_tuned;
+  backend->impl_->verify_gemm = options.verify_gemm;
   if (auto ok = backend->impl_->load(model); !ok) return ok.error();
   if (auto ok = warm_up(*backend); !ok) return ok.error();
   return backend;
@@ -507,6 +508,7 @@ Expected<std::unique_ptr<CudaBackend>> make_synthetic_cuda_backend(const ModelCo
   backend->impl_->layer_route = options.layer_route;
   backend->impl_->head_route = options.head_route;
   backend->impl_->cublaslt_tuned = options.cublaslt_tuned;
+  backend->impl_->verify_gemm = options.verify_gemm;
   if (auto ok = backend->impl_->generate_synthetic(config, seed); !ok) return ok.error();
   if (auto ok = warm_up(*backend); !ok) return ok.error();
   return backend;

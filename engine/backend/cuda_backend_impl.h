@@ -233,6 +233,7 @@ struct CudaBackend::Impl {
   using GemmRoute = CudaBackendOptions::GemmRoute;
   GemmRoute layer_route = GemmRoute::kAuto, head_route = GemmRoute::kAuto;  // CudaBackendOptions
   bool cublaslt_tuned = false;                                              // CudaBackendOptions
+  bool verify_gemm = true;                                                  // CudaBackendOptions
   LtGemm lt;
   int32_t* host_ids = nullptr;         // pinned staging: tokens (T), positions (T), step (committed, first_new)
   uint8_t* host_mask = nullptr;        // pinned, scratch_T²

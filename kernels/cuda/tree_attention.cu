@@ -23,6 +23,7 @@
 #include <mutex>
 
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/hopper.cuh"
 #include "kernels/cuda/mma_sync.cuh"
 #include "kernels/cuda/pdl.cuh"
 

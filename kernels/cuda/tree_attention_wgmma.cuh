@@ -22,6 +22,8 @@
 
 namespace wg {
 
+using namespace hopper;  // descriptors, wgmma, mbarriers, TMA (hopper.cuh)
+
 constexpr int kNB = 4;                  // blocks a stage: 64 keys, one softmax step
 constexpr int kKeys = kNB * B;          // keys a stage
 constexpr int kStageElems = kKeys * D;  // bf16 per stage of K (or V)
@@ -29,57 +31,6 @@ constexpr int kStageElems = kKeys * D;  // bf16 per stage of K (or V)
 // Element offset of (row, col) in a [2][rows][64] 128B-swizzled tile.
 __device__ __forceinline__ int swz(int rows, int row, int col) {
   return (col >> 6) * rows * 64 + row * 64 + ((((col & 63) >> 3) ^ (row & 7)) << 3) + (col & 7);
-}
-
-// Matrix descriptor: start address, LBO, SBO (all >> 4), 128B swizzle (mode 1, bits 62-63).
-__device__ __forceinline__ uint64_t desc(const void* smem, uint32_t lbo_bytes, uint32_t sbo_bytes) {
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  return uint64_t((addr & 0x3FFFF) >> 4) | uint64_t((lbo_bytes >> 4) & 0x3FFF) << 16 |
-         uint64_t((sbo_bytes >> 4) & 0x3FFF) << 32 | uint64_t(1) << 62;
-}
-
-__device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-// Generic-proxy writes (cp.async, zero fills, Q stores) made visible to wgmma's async-proxy reads;
-// each writing thread runs it before the barrier that publishes the tile.
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-// Keeps the compiler from moving accumulator reads or writes across the asynchronous MMA.
-template <int N>
-__device__ __forceinline__ void pin(float (&d)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-// d (64 x 64, f32) = A (64 x 16, smem) * B (16 x 64, smem, K-major): scale-d 0, d only written.
-__device__ __forceinline__ void mma_qk_first(float (&d)[32], uint64_t da, uint64_t db) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
-      "%24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]), "=f"(d[8]),
-        "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]), "=f"(d[16]),
-        "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]), "=f"(d[24]),
-        "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31])
-      : "l"(da), "l"(db));
-}
-// d (64 x 64, f32) += A (64 x 16, smem) * B (16 x 64, smem, K-major).
-__device__ __forceinline__ void mma_qk(float (&d)[32], uint64_t da, uint64_t db) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
-      "%24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
-        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
-        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(da), "l"(db));
-}
-
-template <int N>
-__device__ __forceinline__ void wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 
 // d (64 x 128, f32) += A (64 x 16, registers) * B (16 x 128, smem, N-major: imm-trans-b = 1).
@@ -185,11 +136,11 @@ __device__ __forceinline__ void stage_compute(const KernelArgs& a, uint64_t q_de
   // S = Q K^T (unscaled), 64 rows x 64 keys a warpgroup: 8 k steps of 16 dims.
   float s[32];
   fence();
-  mma_qk_first(s, q_desc, k_st);
+  mma_ss_first(s, q_desc, k_st);
 #pragma unroll
   for (int kk = 1; kk < 8; ++kk) {
     const uint32_t off = (kk & 3) * 2;  // 32 B (>> 4) a k step inside the 128-byte row
-    mma_qk(s, q_desc + (kk >> 2) * q_half + off, k_st + (kk >> 2) * kv_half + off);
+    mma_ss(s, q_desc + (kk >> 2) * q_half + off, k_st + (kk >> 2) * kv_half + off);
   }
   commit();
   wait<0>();
@@ -374,11 +325,11 @@ __global__ void __launch_bounds__(WG * 128, MINB) tree_attention_wgmma_kernel(Ke
     // S = Q K^T (unscaled), 64 rows x 64 keys a warpgroup: 8 k steps of 16 dims.
     float s[32];
     fence();
-    mma_qk_first(s, q_desc, k_st);
+    mma_ss_first(s, q_desc, k_st);
 #pragma unroll
     for (int kk = 1; kk < 8; ++kk) {
       const uint32_t off = (kk & 3) * 2;  // 32 B (>> 4) a k step inside the 128-byte row
-      mma_qk(s, q_desc + (kk >> 2) * q_half + off, k_st + (kk >> 2) * kv_half + off);
+      mma_ss(s, q_desc + (kk >> 2) * q_half + off, k_st + (kk >> 2) * kv_half + off);
     }
     commit();
     wait<0>();
@@ -431,37 +382,6 @@ __global__ void __launch_bounds__(WG * 128, MINB) tree_attention_wgmma_kernel(Ke
 // MMAs.) Absent blocks (a partial last stage) load from row -B: wholly outside the tensor map, so the copy engine
 // writes zeros (and still counts the bytes), as the zero fill above.
 namespace wg {
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes)
-               : "memory");
-}
-// Spins until the phase of the given parity has completed.
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nWAIT:\n"
-      "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT;\n}\n" ::"r"(smem_u32(bar)),
-      "r"(parity)
-      : "memory");
-}
-// Box (x = dim, y = key row) of a 2D tensor map into shared memory, completing on bar.
-__device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, int x, int y, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
-      "[%4];\n" ::"r"(smem_u32(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(smem_u32(bar))
-      : "memory");
-}
 
 // One producer lane's block of a stage (used by wg4pS and tree_attention_ws.cuh): its metadata into
 // the slot's, its bytes announced on the slot's `full` barrier, and its K and V as 4 TMA boxes (two

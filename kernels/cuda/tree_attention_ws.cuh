@@ -33,54 +33,6 @@ constexpr int kProducerRegs = 40;
 // (Each sub-partition runs one warp of every warpgroup.)
 __host__ __device__ constexpr int consumer_regs(int wg) { return (16384 / 32 - kProducerRegs) / wg / 8 * 8; }
 
-template <int N>
-__device__ __forceinline__ void set_max_regs_inc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
-}
-template <int N>
-__device__ __forceinline__ void set_max_regs_dec() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
-}
-
-// d (64 x 128, f32) = A (64 x 16, smem) * B (16 x 128, smem, K-major): scale-d 0, d only written.
-__device__ __forceinline__ void mma_qk_first(float (&d)[64], uint64_t da, uint64_t db) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
-      "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "
-      "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, p, 1, 1, 0, 0;\n}\n"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]), "=f"(d[8]),
-        "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]), "=f"(d[16]),
-        "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]), "=f"(d[24]),
-        "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31]), "=f"(d[32]),
-        "=f"(d[33]), "=f"(d[34]), "=f"(d[35]), "=f"(d[36]), "=f"(d[37]), "=f"(d[38]), "=f"(d[39]), "=f"(d[40]),
-        "=f"(d[41]), "=f"(d[42]), "=f"(d[43]), "=f"(d[44]), "=f"(d[45]), "=f"(d[46]), "=f"(d[47]), "=f"(d[48]),
-        "=f"(d[49]), "=f"(d[50]), "=f"(d[51]), "=f"(d[52]), "=f"(d[53]), "=f"(d[54]), "=f"(d[55]), "=f"(d[56]),
-        "=f"(d[57]), "=f"(d[58]), "=f"(d[59]), "=f"(d[60]), "=f"(d[61]), "=f"(d[62]), "=f"(d[63])
-      : "l"(da), "l"(db));
-}
-// d (64 x 128, f32) += A (64 x 16, smem) * B (16 x 128, smem, K-major).
-__device__ __forceinline__ void mma_qk(float (&d)[64], uint64_t da, uint64_t db) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
-      "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "
-      "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
-        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
-        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
-        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
-        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
-        "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(da), "l"(db));
-}
-
 // Shared memory for a CTA of cta_rows rows (a multiple of 64) over stages of nb blocks: 1 KB of
 // alignment slack, the K and V ring, Q, the stages' block metadata, then a full and an empty
 // mbarrier a slot.
@@ -145,7 +97,7 @@ __global__ void __launch_bounds__(WG * 128 + 32 * ws::kProducerWarps, 1)
   if (warp >= consumer_warps) {
     // Producer: lane b < NB of its first warp loads block b of each stage (K and V, two 64-dim
     // halves each: 4 TMA boxes of 16 keys x 128 B), its block id fetched a stage early.
-    ws::set_max_regs_dec<ws::kProducerRegs>();
+    hopper::set_max_regs_dec<ws::kProducerRegs>();
     if (warp != consumer_warps || lane >= NB) return;
     int next_logical = -1, next_phys = 0;
     uint64_t next_members = ~0ull;
@@ -166,7 +118,7 @@ __global__ void __launch_bounds__(WG * 128 + 32 * ws::kProducerWarps, 1)
   }
 
   // Consumers: warpgroup wgi, warp-in-CTA `warp` owns rows row0 .. row0 + 15.
-  ws::set_max_regs_inc<ws::consumer_regs(WG)>();
+  hopper::set_max_regs_inc<ws::consumer_regs(WG)>();
   const int wgi = warp / 4, g = lane / 4, t = lane % 4;
   const int row0 = cta_row0 + warp * 16;
   int row_node[2];  // rows g and g+8 of the warp's 16; -1 for padding
@@ -192,17 +144,11 @@ __global__ void __launch_bounds__(WG * 128 + 32 * ws::kProducerWarps, 1)
   // S = Q K^T (unscaled) of a slot, 64 rows x kKeys keys a warpgroup: 8 k steps of 16 dims.
   auto issue_qk = [&](int slot) {
     const uint64_t k_st = k_desc + slot * stage;
-    if constexpr (NB == 8)
-      ws::mma_qk_first(s, q_desc, k_st);
-    else
-      wg::mma_qk_first(s, q_desc, k_st);
+    hopper::mma_ss_first(s, q_desc, k_st);  // m64n128k16 (NB 8) or m64n64k16 (NB 4), by s's size
 #pragma unroll
     for (int kk = 1; kk < 8; ++kk) {
       const uint32_t off = (kk & 3) * 2;  // 32 B (>> 4) a k step inside the 128-byte row
-      if constexpr (NB == 8)
-        ws::mma_qk(s, q_desc + (kk >> 2) * q_half + off, k_st + (kk >> 2) * kv_half + off);
-      else
-        wg::mma_qk(s, q_desc + (kk >> 2) * q_half + off, k_st + (kk >> 2) * kv_half + off);
+      hopper::mma_ss(s, q_desc + (kk >> 2) * q_half + off, k_st + (kk >> 2) * kv_half + off);
     }
     commit();
   };

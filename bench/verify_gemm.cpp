@@ -1,0 +1,211 @@
+// The stacked split-halves GEMM of a verify step (2T bf16 rows: X's hi halves, then its lo
+// halves) on our wgmma kernel (kernels/cuda/verify_gemm.h) against cuBLAS on the same weights,
+// side by side in one run: cublasGemmEx's default algorithm and cuBLASLt with the best of its
+// heuristic's candidates timed (LtGemm, what the CUDA backend runs for large matrices), with the
+// measured copy bandwidth as the ceiling. Bytes counted: the weights once, X (2T·K bf16) and Y
+// (2T·N f32). Shapes: SmolLM2-135M's, Llama-3.1-8B's and OLMoE's attention side (random weights:
+// timing only, and the output says so). --sweep also times every forced plan (tile x splits).
+#include <CLI/CLI.hpp>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "bench/bench_info.h"
+#include "engine/backend/cuda_backend_impl.h"
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/model_ops.h"
+#include "kernels/cuda/verify_gemm.h"
+
+namespace {
+
+struct Shape {
+  const char* model;
+  const char* name;
+  int64_t N, K;
+};
+
+#define CHECK_CUDA(call)                                                                  \
+  do {                                                                                    \
+    const cudaError_t e_ = (call);                                                        \
+    if (e_ != cudaSuccess) {                                                              \
+      std::fprintf(stderr, "bench_verify_gemm: %s: %s\n", #call, cudaGetErrorString(e_)); \
+      return 1;                                                                           \
+    }                                                                                     \
+  } while (0)
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string commit = "unknown", out_path, only_model;
+  int iterations = 50;
+  bool sweep = false, pdl = true;
+  std::vector<int64_t> rows = {9, 16, 17, 32, 44, 60, 64};
+  CLI::App app{"bench_verify_gemm: a verify's stacked split-halves GEMM, wgmma kernel vs cuBLAS / cuBLASLt"};
+  app.add_option("--commit", commit, "commit recorded in the JSON");
+  app.add_option("--out", out_path, "JSON results file");
+  app.add_option("--iterations", iterations, "timed launches a measurement")->check(CLI::Range(1, 100000));
+  app.add_option("--rows", rows, "verify rows T (2T stacked rows; default 9 16 17 32 44 60 64)")
+      ->check(CLI::Range(int64_t{1}, specula::cuda::kVerifyGemmMaxRows / 2));
+  app.add_option("--model", only_model, "only the shapes whose model name starts with this (e.g. llama)");
+  app.add_flag("--sweep", sweep, "also time every forced plan (tile 128/256 x splits 1-8)");
+  app.add_option("--pdl", pdl, "programmatic dependent launch between the timed launches (default true)");
+  CLI11_PARSE(app, argc, argv);
+  using namespace specula;
+  if (cuda::device_count() == 0) {
+    std::fprintf(stderr, "bench_verify_gemm: skipped: no GPU (%s)\n", cuda::no_device_reason().c_str());
+    return 0;
+  }
+  cuda::set_programmatic_dependent_launch(pdl);
+  cuda::DeviceInfo dev;
+  cuda::device_info(0, &dev);
+  cuda::CopyBandwidth copy;
+  std::string error;
+  if (!cuda::measure_copy_bandwidth(1ull << 30, 20, &copy, &error)) {
+    std::fprintf(stderr, "bench_verify_gemm: %s\n", error.c_str());
+    return 1;
+  }
+  const std::vector<Shape> shapes = {
+      {"SmolLM2-135M", "qkv", 960, 576},
+      {"SmolLM2-135M", "gate_up", 3072, 576},
+      {"SmolLM2-135M", "down", 576, 1536},
+      {"SmolLM2-135M", "lm_head", 49152, 576},
+      {"llama-3.1-8b (synthetic)", "qkv", 6144, 4096},
+      {"llama-3.1-8b (synthetic)", "o", 4096, 4096},
+      {"llama-3.1-8b (synthetic)", "gate_up", 28672, 4096},
+      {"llama-3.1-8b (synthetic)", "down", 4096, 14336},
+      {"llama-3.1-8b (synthetic)", "lm_head", 128256, 4096},
+      {"olmoe-1b-7b (synthetic)", "qkv", 6144, 2048},
+      {"olmoe-1b-7b (synthetic)", "o", 2048, 2048},
+  };
+  cublasHandle_t cublas;
+  if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS) {
+    std::fprintf(stderr, "bench_verify_gemm: cublasCreate failed\n");
+    return 1;
+  }
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreate(&stream));
+  cublasSetStream(cublas, stream);
+  LtGemm lt;
+  cudaEvent_t start, stop;
+  CHECK_CUDA(cudaEventCreate(&start));
+  CHECK_CUDA(cudaEventCreate(&stop));
+  nlohmann::json results = nlohmann::json::array();
+  for (const auto& s : shapes) {
+    if (std::string(s.model).rfind(only_model, 0) != 0) continue;
+    const int64_t max_m = 2 * *std::max_element(rows.begin(), rows.end());
+    uint16_t *w = nullptr, *x = nullptr;
+    float *y = nullptr, *y_ref = nullptr;
+    CHECK_CUDA(cudaMalloc(&w, s.N * s.K * 2));
+    CHECK_CUDA(cudaMalloc(&x, max_m * s.K * 2));
+    CHECK_CUDA(cudaMalloc(&y, max_m * s.N * 4));
+    CHECK_CUDA(cudaMalloc(&y_ref, max_m * s.N * 4));
+    cuda::fill_uniform_bf16(w, s.N * s.K, 1, 0.05f, stream);
+    cuda::fill_uniform_bf16(x, max_m * s.K, 2, 1.0f, stream);
+    for (const int64_t T : rows) {
+      const int64_t M = 2 * T;
+      auto time_ms = [&](auto&& fn) {
+        fn();  // warm-up (and cuBLASLt's timed pick, outside the timing)
+        cudaEventRecord(start, stream);
+        for (int i = 0; i < iterations; ++i) fn();
+        cudaEventRecord(stop, stream);
+        cudaEventSynchronize(stop);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, start, stop);
+        return static_cast<double>(ms) / iterations;
+      };
+      const float one = 1, zero = 0;
+      const double cublas_ms = time_ms([&] {
+        cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, int(s.N), int(M), int(s.K), &one, w, CUDA_R_16BF, int(s.K), x,
+                     CUDA_R_16BF, int(s.K), &zero, y_ref, CUDA_R_32F, int(s.N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      });
+      bool lt_ok = true;
+      const double lt_ms = time_ms([&] { lt_ok = lt_ok && static_cast<bool>(lt.run(w, s.N, s.K, x, M, y_ref, stream)); });
+      bool ours_ok = true;
+      const double ours_ms = time_ms([&] { ours_ok = ours_ok && cuda::verify_gemm(w, s.N, s.K, x, M, y, s.N, stream); });
+      CHECK_CUDA(cudaStreamSynchronize(stream));
+      CHECK_CUDA(cudaGetLastError());
+      if (!ours_ok || !lt_ok) {
+        std::fprintf(stderr, "bench_verify_gemm: %s %s T=%lld: %s refused the shape\n", s.model, s.name,
+                     static_cast<long long>(T), ours_ok ? "cuBLASLt" : "verify_gemm");
+        return 1;
+      }
+      // Agreement with cuBLASLt's product (both sum exact bf16 products in f32, in other orders).
+      std::vector<float> a(M * s.N), b(M * s.N);
+      CHECK_CUDA(cudaMemcpy(a.data(), y, a.size() * 4, cudaMemcpyDeviceToHost));
+      CHECK_CUDA(cudaMemcpy(b.data(), y_ref, b.size() * 4, cudaMemcpyDeviceToHost));
+      double num = 0, den = 0;
+      for (size_t i = 0; i < a.size(); ++i) {
+        num += double(a[i] - b[i]) * (a[i] - b[i]);
+        den += double(b[i]) * b[i];
+      }
+      const cuda::VerifyGemmPlan plan = cuda::verify_gemm_plan(s.N, s.K, M);
+      const double bytes = double(s.N * s.K * 2 + M * s.K * 2 + M * s.N * 4);
+      auto frac = [&](double ms) { return bytes / (ms * 1e-3) / copy.bytes_per_s; };
+      nlohmann::json row = {{"model", s.model},
+                            {"projection", s.name},
+                            {"N", s.N},
+                            {"K", s.K},
+                            {"verify_rows", T},
+                            {"stacked_rows", M},
+                            {"ours_us", ours_ms * 1e3},
+                            {"cublas_us", cublas_ms * 1e3},
+                            {"cublaslt_tuned_us", lt_ms * 1e3},
+                            {"ours_fraction_of_copy", frac(ours_ms)},
+                            {"cublas_fraction_of_copy", frac(cublas_ms)},
+                            {"cublaslt_fraction_of_copy", frac(lt_ms)},
+                            {"ours_over_cublaslt_speed", lt_ms / ours_ms},
+                            {"relative_l2_vs_cublaslt", std::sqrt(num / den)},
+                            {"plan", {{"tile_rows", plan.tile_rows}, {"splits", plan.splits}, {"x_rows", plan.x_rows}}}};
+      std::printf("%-26s %-8s T=%-3lld ours %8.1f us (%4.0f%% of copy; tile %d, splits %d)  cuBLAS %8.1f (%4.0f%%)  "
+                  "cuBLASLt %8.1f (%4.0f%%)  rel L2 %.1e\n",
+                  s.model, s.name, static_cast<long long>(T), ours_ms * 1e3, 100 * frac(ours_ms), plan.tile_rows,
+                  plan.splits, cublas_ms * 1e3, 100 * frac(cublas_ms), lt_ms * 1e3, 100 * frac(lt_ms),
+                  std::sqrt(num / den));
+      if (sweep) {
+        nlohmann::json plans = nlohmann::json::array();
+        for (const int tile : {256, 128}) {
+          for (int splits = 1; splits <= 8; ++splits) {
+            cuda::set_verify_gemm_tile(tile);
+            cuda::set_verify_gemm_splits(splits);
+            if (cuda::verify_gemm_plan(s.N, s.K, M).splits != splits) continue;
+            const double ms = time_ms([&] { cuda::verify_gemm(w, s.N, s.K, x, M, y, s.N, stream); });
+            plans.push_back({{"tile_rows", tile}, {"splits", splits}, {"us", ms * 1e3}});
+            std::printf("    tile %3d splits %d: %8.1f us (%4.0f%%)\n", tile, splits, ms * 1e3, 100 * frac(ms));
+          }
+        }
+        cuda::set_verify_gemm_tile(0);
+        cuda::set_verify_gemm_splits(0);
+        row["forced_plans"] = plans;
+      }
+      results.push_back(row);
+    }
+    cudaFree(w);
+    cudaFree(x);
+    cudaFree(y);
+    cudaFree(y_ref);
+  }
+  nlohmann::json out = {
+      {"bench", "verify_gemm"},
+      {"date", bench::utc_now()},
+      {"device", {{"name", dev.name}, {"sm", std::to_string(dev.sm_major) + std::to_string(dev.sm_minor)},
+                  {"driver", bench::nvidia_driver()}, {"runtime_version", dev.runtime_version}}},
+      {"host", bench::host_info()},
+      {"commit", commit},
+      {"command", bench::command_line(argc, argv)},
+      {"programmatic_dependent_launch", pdl},
+      {"weights", "random bf16 (timing only: synthetic)"},
+      {"bytes_counted", "weights once (N*K*2) + X (2T*K*2) + Y (2T*N*4)"},
+      {"copy_bandwidth_GBps", copy.bytes_per_s / 1e9},
+      {"results", results},
+  };
+  if (!out_path.empty()) std::ofstream(out_path) << out.dump(2) << "\n";
+  cublasDestroy(cublas);
+  return 0;
+}

@@ -1,0 +1,365 @@
+// verify_gemm.h's product on wgmma. A CTA = 2 consumer warpgroups + 1 producer warpgroup
+// (FlashAttention-3's / tree_attention_ws.cuh's split, setmaxnreg moving registers to the
+// consumers), over one tile of W rows and one range of K:
+//   - the producer's first lane fills a ring of stages with TMA: the stage's 64-wide K slice of
+//     the W tile ([tile rows][64] bf16, 128B-swizzled, rows past N read as zeros) and of all X
+//     rows ([x_rows][64], rows past M zeros), completing on the slot's `full` mbarrier; the W
+//     slices of the first ring's worth are issued before the programmatic-launch wait (weights are
+//     never written), X's after it;
+//   - consumer warpgroup c owns W rows [c·MW·64, (c+1)·MW·64) of the tile: per stage 4 k16 steps
+//     of MW wgmma m64nNk16 (A = W rows, B = X rows, both K-major from shared memory), one group in
+//     flight while the next stage's wait runs, and every consumer thread arrives on the slot's
+//     `empty` barrier once the group that read it is done;
+//   - the accumulator of m64nN holds, per warp, 16 W rows x N X rows: d[4i + 2r + c] is W row
+//     16·warp + g + 8r, X row 8i + 2t + c (g = lane / 4, t = lane % 4), the mma.sync m16n8 layout.
+// With K split over a cluster of S CTAs (blockIdx.y = split = cluster rank), each CTA writes its
+// partial tile into its own (now idle) ring memory, the cluster syncs, and CTA q sums X rows
+// q, q + S, ... of all S partials in rank order 0..S-1 (distributed shared memory), so the bits do
+// not depend on which CTA finishes first.
+#include "kernels/cuda/verify_gemm.h"
+
+#include <cooperative_groups.h>
+#include <cuda.h>
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "kernels/cuda/hopper.cuh"
+#include "kernels/cuda/pdl.cuh"
+
+namespace specula::cuda {
+namespace {
+
+namespace cg = cooperative_groups;
+using namespace hopper;
+
+constexpr int kBK = 64;                       // K a stage: one 128-byte swizzled row of bf16
+constexpr int kConsumers = 2;                 // consumer warpgroups
+constexpr int kThreads = (kConsumers + 1) * 128;
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 2 x 4 consumer warps + 4 producer warps
+constexpr int kRingBytes = 200 * 1024;
+constexpr int kMaxSplits = 8;                 // the portable cluster size
+
+// MW: m64 tiles of W rows a consumer warpgroup (1 or 2); NT: X rows of the MMA (64 or 128).
+template <int MW, int NT>
+struct Tile {
+  static constexpr int kRows = kConsumers * MW * 64;  // W rows a CTA
+  static constexpr int kWBytes = kRows * kBK * 2;
+  static constexpr int kXBytes = NT * kBK * 2;
+  static constexpr int kStageBytes = kWBytes + kXBytes;  // a multiple of 1024: the swizzle's period
+  static constexpr int kStages = std::min(8, kRingBytes / kStageBytes);
+  static constexpr size_t kSmem = 1024 + size_t(kStages) * kStageBytes + 2 * kStages * sizeof(uint64_t);
+  static_assert(kStages >= 3, "a ring of at least three stages");
+  static_assert(size_t(NT) * kRows * sizeof(float) <= size_t(kStages) * kStageBytes, "partial tile fits the ring");
+};
+
+struct Args {
+  float* y;
+  int64_t ldy;
+  int n, m;
+  int k_steps;  // 64-wide K steps in all
+};
+
+template <int MW, int NT>
+__global__ void __launch_bounds__(kThreads, 1)
+    verify_gemm_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map, Args a) {
+  using T = Tile<MW, NT>;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* base = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+  auto* full = reinterpret_cast<uint64_t*>(base + size_t(T::kStages) * T::kStageBytes);
+  uint64_t* empty = full + T::kStages;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wgi = warp / 4;
+  const int n0 = blockIdx.x * T::kRows, split = blockIdx.y, splits = gridDim.y;
+  // Split `split` of S takes steps [split·k/S, (split+1)·k/S): none empty while S <= k.
+  const int step0 = int(int64_t(split) * a.k_steps / splits);
+  const int steps = int(int64_t(split + 1) * a.k_steps / splits) - step0;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < T::kStages; ++s) {
+      mbar_init(&full[s], 1);                   // the producer's arrival with the stage's bytes
+      mbar_init(&empty[s], kConsumers * 128);  // every consumer thread
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wgi == kConsumers) {
+    set_max_regs_dec<kProducerRegs>();
+    if (warp == kConsumers * 4 && lane == 0) {
+      auto w_at = [&](int s) { return base + size_t(s) * T::kStageBytes; };
+      const int pre = min(T::kStages, steps);
+      for (int i = 0; i < pre; ++i) {
+        mbar_arrive_expect_tx(&full[i], T::kStageBytes);
+        tma_load(w_at(i), &w_map, (step0 + i) * kBK, n0, &full[i]);
+      }
+      pdl_wait();  // X is the kernel before's output
+      for (int i = 0; i < pre; ++i) tma_load(w_at(i) + T::kWBytes, &x_map, (step0 + i) * kBK, 0, &full[i]);
+      for (int i = pre; i < steps; ++i) {
+        const int s = i % T::kStages;
+        mbar_wait(&empty[s], (i / T::kStages - 1) & 1);
+        mbar_arrive_expect_tx(&full[s], T::kStageBytes);
+        tma_load(w_at(s), &w_map, (step0 + i) * kBK, n0, &full[s]);
+        tma_load(w_at(s) + T::kWBytes, &x_map, (step0 + i) * kBK, 0, &full[s]);
+      }
+    }
+    pdl_trigger();
+    if (splits > 1) {  // the consumers' two cluster barriers (every thread of the cluster arrives)
+      cg::this_cluster().sync();
+      cg::this_cluster().sync();
+    }
+    return;
+  }
+  // Consumers.
+  set_max_regs_inc<kConsumerRegs>();
+  pdl_wait();  // Y may still be read by the kernel before
+  float acc[MW][NT / 2];
+  {
+#pragma unroll
+    for (int m = 0; m < MW; ++m)
+#pragma unroll
+      for (int j = 0; j < NT / 2; ++j) acc[m][j] = 0.f;
+    constexpr uint32_t kStage16 = T::kStageBytes >> 4, kM16 = 64 * 128 >> 4, kW16 = T::kWBytes >> 4;
+    const uint64_t w_desc = desc(base + size_t(wgi) * MW * 64 * 128, 16, 1024);
+    const uint64_t x_desc = desc(base, 16, 1024) + kW16;
+    for (int i = 0; i < steps; ++i) {
+      const int s = i % T::kStages;
+      mbar_wait(&full[s], (i / T::kStages) & 1);
+      fence();  // (no pin here: touching the accumulators of the group in flight serializes the MMAs)
+#pragma unroll
+      for (int kk = 0; kk < kBK / 16; ++kk) {
+#pragma unroll
+        for (int m = 0; m < MW; ++m) mma_ss(acc[m], w_desc + s * kStage16 + m * kM16 + kk * 2, x_desc + s * kStage16 + kk * 2);
+      }
+      commit();
+      if (i > 0) {
+        wait<1>();
+        mbar_arrive(&empty[(i - 1) % T::kStages]);
+      }
+    }
+    wait<0>();
+#pragma unroll
+    for (int m = 0; m < MW; ++m) pin(acc[m]);
+  }
+  pdl_trigger();
+
+  const int g = lane / 4, t = lane % 4, w_in = warp % 4;
+  if (splits == 1) {
+#pragma unroll
+    for (int m = 0; m < MW; ++m)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int n = n0 + (wgi * MW + m) * 64 + 16 * w_in + g + 8 * r;
+        if (n >= a.n) continue;
+#pragma unroll
+        for (int i = 0; i < NT / 8; ++i)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const int row = 8 * i + 2 * t + c;
+            if (row < a.m) a.y[int64_t(row) * a.ldy + n] = acc[m][4 * i + 2 * r + c];
+          }
+      }
+    return;
+  }
+  // Split K: partial tile [NT][kRows] f32 into this CTA's ring (every stage consumed: the ring is
+  // idle once both consumer warpgroups are past their last wait).
+  auto* part = reinterpret_cast<float*>(base);
+  {
+    asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumers * 128) : "memory");  // both past their MMAs' reads
+#pragma unroll
+    for (int m = 0; m < MW; ++m)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int col = (wgi * MW + m) * 64 + 16 * w_in + g + 8 * r;
+#pragma unroll
+        for (int i = 0; i < NT / 8; ++i)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) part[(8 * i + 2 * t + c) * T::kRows + col] = acc[m][4 * i + 2 * r + c];
+      }
+  }
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();  // every thread of the cluster, the producers' too
+  {
+    // This CTA's X rows split, split + S, ...; 4 consecutive W rows a thread.
+    constexpr int kQuads = T::kRows / 4;
+    const int mine = a.m > split ? (min(a.m, NT) - split + splits - 1) / splits : 0;
+    for (int idx = threadIdx.x; idx < mine * kQuads; idx += kConsumers * 128) {
+      const int row = split + idx / kQuads * splits, col = idx % kQuads * 4, off = row * T::kRows + col;
+      float4 sum = *reinterpret_cast<const float4*>(cluster.map_shared_rank(part, 0) + off);
+      for (int q = 1; q < splits; ++q) {
+        const float4 v = *reinterpret_cast<const float4*>(cluster.map_shared_rank(part, q) + off);
+        sum.x += v.x;
+        sum.y += v.y;
+        sum.z += v.z;
+        sum.w += v.w;
+      }
+      const int n = n0 + col;
+      float* dst = a.y + int64_t(row) * a.ldy + n;
+      const float vals[4] = {sum.x, sum.y, sum.z, sum.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (n + e < a.n) dst[e] = vals[e];
+    }
+  }
+  cluster.sync();  // peers' partials stay until every CTA has read them
+}
+
+int g_tile = 0, g_splits = 0;
+
+// W (N, K) or X (M, K) as a 2D tensor map: K elements x rows, box 64 x box_rows, 128B swizzle
+// (the wgmma tiles' layout); rows past `rows` read as zeros.
+bool encode_rows_map(CUtensorMap* map, const void* base, int64_t rows, int64_t K, int box_rows) {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      fn = nullptr;
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  if (!encode) return false;
+  const cuuint64_t dims[2] = {cuuint64_t(K), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(K) * 2};
+  const cuuint32_t box[2] = {kBK, cuuint32_t(box_rows)};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box, elem_strides,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+struct DeviceFacts {
+  bool hopper = false;
+  int sms = 0;
+};
+
+// Queried once per device: the plan's SM count and whether sm_90a's SASS can run.
+DeviceFacts device_facts() {
+  static std::mutex m;
+  static std::map<int, DeviceFacts> known;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return {};
+  const std::lock_guard<std::mutex> hold(m);
+  auto found = known.find(dev);
+  if (found != known.end()) return found->second;
+  DeviceFacts f;
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  cudaDeviceGetAttribute(&f.sms, cudaDevAttrMultiProcessorCount, dev);
+  f.hopper = major == 9 && minor == 0;
+  return known.emplace(dev, f).first->second;
+}
+
+// A W map per (weights, shape, box): encoded on the host once; a graph captures its bytes.
+bool weight_map(CUtensorMap* map, const uint16_t* W, int64_t N, int64_t K, int box_rows) {
+  static std::mutex m;
+  static std::map<std::tuple<const void*, int64_t, int64_t, int>, CUtensorMap> known;
+  const std::lock_guard<std::mutex> hold(m);
+  const auto key = std::tuple{static_cast<const void*>(W), N, K, box_rows};
+  if (auto found = known.find(key); found != known.end()) {
+    *map = found->second;
+    return true;
+  }
+  if (!encode_rows_map(map, W, N, K, box_rows)) return false;
+  known.emplace(key, *map);
+  return true;
+}
+
+template <int MW, int NT>
+bool launch(const CUtensorMap& w_map, const CUtensorMap& x_map, const Args& a, int tiles, int splits,
+            cudaStream_t stream) {
+  using T = Tile<MW, NT>;
+  static const bool sized = cudaFuncSetAttribute(verify_gemm_kernel<MW, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 int(T::kSmem)) == cudaSuccess;
+  if (!sized) return false;
+  cudaLaunchAttribute attrs[2] = {};
+  int n_attrs = 0;
+  if (splits > 1) {
+    attrs[n_attrs].id = cudaLaunchAttributeClusterDimension;
+    attrs[n_attrs].val.clusterDim.x = 1;
+    attrs[n_attrs].val.clusterDim.y = unsigned(splits);
+    attrs[n_attrs].val.clusterDim.z = 1;
+    ++n_attrs;
+  }
+  if (programmatic_dependent_launch()) {
+    attrs[n_attrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[n_attrs].val.programmaticStreamSerializationAllowed = 1;
+    ++n_attrs;
+  }
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(tiles), unsigned(splits));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = T::kSmem;
+  config.stream = stream;
+  config.attrs = attrs;
+  config.numAttrs = unsigned(n_attrs);
+  return cudaLaunchKernelEx(&config, verify_gemm_kernel<MW, NT>, w_map, x_map, a) == cudaSuccess;
+}
+
+// Ring bytes a stage for a tile of `rows` W rows and nt X rows.
+int stage_bytes(int rows, int nt) { return (rows + nt) * kBK * 2; }
+
+}  // namespace
+
+void set_verify_gemm_tile(int rows) { g_tile = rows; }
+void set_verify_gemm_splits(int splits) { g_splits = splits; }
+
+// The plan: the (tile, splits) whose busiest SM streams the fewest bytes, floored by the whole
+// matrix at the copy bandwidth; one SM is taken to pull at most 1/(0.5 · SMs) of it (Hopper's
+// DRAM bandwidth needs about half the SMs streaming). Ties keep the larger tile (X is read once a
+// tile from L2) and the fewer splits (each costs a cluster sync and a partial tile's sum).
+VerifyGemmPlan verify_gemm_plan(int64_t N, int64_t K, int64_t M) {
+  VerifyGemmPlan best;
+  const int sms = std::max(1, device_facts().sms);
+  const int nt = M <= 64 ? 64 : 128;
+  const int64_t k_steps = (K + kBK - 1) / kBK;
+  double best_cost = 0;
+  for (const int rows : {256, 128}) {
+    if (g_tile && g_tile != rows) continue;
+    const int64_t tiles = (N + rows - 1) / rows;
+    for (int s = 1; s <= kMaxSplits; ++s) {
+      if (g_splits && g_splits != s) continue;
+      if (s > k_steps) break;
+      const int64_t per = (k_steps + s - 1) / s;  // the busiest split's steps
+      const int64_t ctas = tiles * s, waves = (ctas + sms - 1) / sms;
+      const double busiest = double(waves) * double(per) * stage_bytes(rows, nt) * (0.5 * sms);
+      const double cost = std::max(busiest, double(N) * K * 2) * (s > 1 ? 1.03 : 1.0);
+      if (best.splits == 0 || cost < best_cost) {
+        best = {rows, s, nt};
+        best_cost = cost;
+      }
+    }
+  }
+  if (best.splits == 0) best = {g_tile ? g_tile : 256, 1, nt};  // a forced split count past K's steps
+  return best;
+}
+
+bool verify_gemm(const uint16_t* W, int64_t N, int64_t K, const uint16_t* X, int64_t M, float* Y, int64_t ldy,
+                 cudaStream_t stream) {
+  if (M < 1 || M > kVerifyGemmMaxRows || N < 1 || K < 8 || K % 8 != 0 || ldy < N) return false;
+  if (reinterpret_cast<uintptr_t>(W) % 16 != 0 || reinterpret_cast<uintptr_t>(X) % 16 != 0) return false;
+  if (N > (int64_t{1} << 31) - 256 || K > (int64_t{1} << 31) - kBK) return false;
+  if (!device_facts().hopper) return false;
+  const VerifyGemmPlan p = verify_gemm_plan(N, K, M);
+  CUtensorMap w_map, x_map;
+  if (!weight_map(&w_map, W, N, K, p.tile_rows) || !encode_rows_map(&x_map, X, M, K, p.x_rows)) return false;
+  Args a{};
+  a.y = Y;
+  a.ldy = ldy;
+  a.n = int(N);
+  a.m = int(M);
+  a.k_steps = int((K + kBK - 1) / kBK);
+  const int tiles = int((N + p.tile_rows - 1) / p.tile_rows);
+  if (p.tile_rows == 256) {
+    return p.x_rows == 64 ? launch<2, 64>(w_map, x_map, a, tiles, p.splits, stream)
+                          : launch<2, 128>(w_map, x_map, a, tiles, p.splits, stream);
+  }
+  return p.x_rows == 64 ? launch<1, 64>(w_map, x_map, a, tiles, p.splits, stream)
+                        : launch<1, 128>(w_map, x_map, a, tiles, p.splits, stream);
+}
+
+}  // namespace specula::cuda
