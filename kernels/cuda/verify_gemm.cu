@@ -6,8 +6,8 @@
 //     rows ([x_rows][64], rows past M zeros), completing on the slot's `full` mbarrier; the W
 //     slices of the first ring's worth are issued before the programmatic-launch wait (weights are
 //     never written), X's after it;
-//   - consumer warpgroup c owns W rows [c·MW·64, (c+1)·MW·64) of the tile: per stage 4 k16 steps
-//     of MW wgmma m64nNk16 (A = W rows, B = X rows, both K-major from shared memory), one group in
+//   - consumer warpgroup c owns W rows [64c, 64c + 64) of the tile: per stage 4 k16 steps of
+//     wgmma m64nNk16 (A = W rows, B = X rows, both K-major from shared memory), one group in
 //     flight while the next stage's wait runs, and every consumer thread arrives on the slot's
 //     `empty` barrier once the group that read it is done;
 //   - the accumulator of m64nN holds, per warp, 16 W rows x N X rows: d[4i + 2r + c] is W row
@@ -41,20 +41,25 @@ using namespace hopper;
 constexpr int kBK = 64;                       // K a stage: one 128-byte swizzled row of bf16
 constexpr int kConsumers = 2;                 // consumer warpgroups
 constexpr int kThreads = (kConsumers + 1) * 128;
-constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 2 x 4 consumer warps + 4 producer warps
-constexpr int kRingBytes = 200 * 1024;
+constexpr int kProducerRegs = 40;
 constexpr int kMaxSplits = 8;                 // the portable cluster size
 
-// MW: m64 tiles of W rows a consumer warpgroup (1 or 2); NT: X rows of the MMA (64 or 128).
-template <int MW, int NT>
+// NT: X rows of the MMA (64 or 128); CPS: CTAs an SM (1, or 2 with half the ring each).
+// A consumer warpgroup owns one m64 tile of W rows: two (256-row CTA tiles) measured as fast or
+// slower everywhere but the lm_head (bench/results/verify_gemm_sweep_s18_*).
+template <int NT, int CPS>
 struct Tile {
-  static constexpr int kRows = kConsumers * MW * 64;  // W rows a CTA
+  static constexpr int kRows = kConsumers * 64;  // W rows a CTA
+  static constexpr int kRingBytes = CPS == 1 ? 192 * 1024 : 96 * 1024;
+  // The register file split by setmaxnreg: 4 producer warps at kProducerRegs, 8 consumer warps.
+  static constexpr int kConsumerRegs = (65536 / CPS / 128 - kProducerRegs) / kConsumers / 8 * 8;
   static constexpr int kWBytes = kRows * kBK * 2;
   static constexpr int kXBytes = NT * kBK * 2;
   static constexpr int kStageBytes = kWBytes + kXBytes;  // a multiple of 1024: the swizzle's period
   static constexpr int kStages = std::min(8, kRingBytes / kStageBytes);
   static constexpr size_t kSmem = 1024 + size_t(kStages) * kStageBytes + 2 * kStages * sizeof(uint64_t);
   static_assert(kStages >= 3, "a ring of at least three stages");
+  static_assert(kConsumerRegs >= NT / 2 + 40, "the accumulators fit the consumer's registers");
   static_assert(size_t(NT) * kRows * sizeof(float) <= size_t(kStages) * kStageBytes, "partial tile fits the ring");
 };
 
@@ -65,10 +70,10 @@ struct Args {
   int k_steps;  // 64-wide K steps in all
 };
 
-template <int MW, int NT>
-__global__ void __launch_bounds__(kThreads, 1)
+template <int NT, int CPS>
+__global__ void __launch_bounds__(kThreads, CPS)
     verify_gemm_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map, Args a) {
-  using T = Tile<MW, NT>;
+  using T = Tile<NT, CPS>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* base = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
   auto* full = reinterpret_cast<uint64_t*>(base + size_t(T::kStages) * T::kStageBytes);
@@ -114,26 +119,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     return;
   }
   // Consumers.
-  set_max_regs_inc<kConsumerRegs>();
+  set_max_regs_inc<T::kConsumerRegs>();
   pdl_wait();  // Y may still be read by the kernel before
-  float acc[MW][NT / 2];
+  float acc[NT / 2];
   {
 #pragma unroll
-    for (int m = 0; m < MW; ++m)
-#pragma unroll
-      for (int j = 0; j < NT / 2; ++j) acc[m][j] = 0.f;
-    constexpr uint32_t kStage16 = T::kStageBytes >> 4, kM16 = 64 * 128 >> 4, kW16 = T::kWBytes >> 4;
-    const uint64_t w_desc = desc(base + size_t(wgi) * MW * 64 * 128, 16, 1024);
+    for (int j = 0; j < NT / 2; ++j) acc[j] = 0.f;
+    constexpr uint32_t kStage16 = T::kStageBytes >> 4, kW16 = T::kWBytes >> 4;
+    const uint64_t w_desc = desc(base + size_t(wgi) * 64 * 128, 16, 1024);
     const uint64_t x_desc = desc(base, 16, 1024) + kW16;
     for (int i = 0; i < steps; ++i) {
       const int s = i % T::kStages;
       mbar_wait(&full[s], (i / T::kStages) & 1);
       fence();  // (no pin here: touching the accumulators of the group in flight serializes the MMAs)
 #pragma unroll
-      for (int kk = 0; kk < kBK / 16; ++kk) {
-#pragma unroll
-        for (int m = 0; m < MW; ++m) mma_ss(acc[m], w_desc + s * kStage16 + m * kM16 + kk * 2, x_desc + s * kStage16 + kk * 2);
-      }
+      for (int kk = 0; kk < kBK / 16; ++kk) mma_ss(acc, w_desc + s * kStage16 + kk * 2, x_desc + s * kStage16 + kk * 2);
       commit();
       if (i > 0) {
         wait<1>();
@@ -141,27 +141,24 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     wait<0>();
-#pragma unroll
-    for (int m = 0; m < MW; ++m) pin(acc[m]);
+    pin(acc);
   }
   pdl_trigger();
 
   const int g = lane / 4, t = lane % 4, w_in = warp % 4;
   if (splits == 1) {
 #pragma unroll
-    for (int m = 0; m < MW; ++m)
+    for (int r = 0; r < 2; ++r) {
+      const int n = n0 + wgi * 64 + 16 * w_in + g + 8 * r;
+      if (n >= a.n) continue;
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int n = n0 + (wgi * MW + m) * 64 + 16 * w_in + g + 8 * r;
-        if (n >= a.n) continue;
+      for (int i = 0; i < NT / 8; ++i)
 #pragma unroll
-        for (int i = 0; i < NT / 8; ++i)
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const int row = 8 * i + 2 * t + c;
-            if (row < a.m) a.y[int64_t(row) * a.ldy + n] = acc[m][4 * i + 2 * r + c];
-          }
-      }
+        for (int c = 0; c < 2; ++c) {
+          const int row = 8 * i + 2 * t + c;
+          if (row < a.m) a.y[int64_t(row) * a.ldy + n] = acc[4 * i + 2 * r + c];
+        }
+    }
     return;
   }
   // Split K: partial tile [NT][kRows] f32 into this CTA's ring (every stage consumed: the ring is
@@ -170,15 +167,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   {
     asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumers * 128) : "memory");  // both past their MMAs' reads
 #pragma unroll
-    for (int m = 0; m < MW; ++m)
+    for (int r = 0; r < 2; ++r) {
+      const int col = wgi * 64 + 16 * w_in + g + 8 * r;
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int col = (wgi * MW + m) * 64 + 16 * w_in + g + 8 * r;
+      for (int i = 0; i < NT / 8; ++i)
 #pragma unroll
-        for (int i = 0; i < NT / 8; ++i)
-#pragma unroll
-          for (int c = 0; c < 2; ++c) part[(8 * i + 2 * t + c) * T::kRows + col] = acc[m][4 * i + 2 * r + c];
-      }
+        for (int c = 0; c < 2; ++c) part[(8 * i + 2 * t + c) * T::kRows + col] = acc[4 * i + 2 * r + c];
+    }
   }
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();  // every thread of the cluster, the producers' too
@@ -206,8 +201,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   cluster.sync();  // peers' partials stay until every CTA has read them
 }
-
-int g_tile = 0, g_splits = 0;
 
 // W (N, K) or X (M, K) as a 2D tensor map: K elements x rows, box 64 x box_rows, 128B swizzle
 // (the wgmma tiles' layout); rows past `rows` read as zeros.
@@ -269,72 +262,120 @@ bool weight_map(CUtensorMap* map, const uint16_t* W, int64_t N, int64_t K, int b
   return true;
 }
 
-template <int MW, int NT>
-bool launch(const CUtensorMap& w_map, const CUtensorMap& x_map, const Args& a, int tiles, int splits,
-            cudaStream_t stream) {
-  using T = Tile<MW, NT>;
-  static const bool sized = cudaFuncSetAttribute(verify_gemm_kernel<MW, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 int(T::kSmem)) == cudaSuccess;
-  if (!sized) return false;
+// The launch configuration of a variant: grid (tiles, splits), a (1, splits, 1) cluster when K is
+// split, programmatic launch when on.
+struct Launch {
   cudaLaunchAttribute attrs[2] = {};
-  int n_attrs = 0;
-  if (splits > 1) {
-    attrs[n_attrs].id = cudaLaunchAttributeClusterDimension;
-    attrs[n_attrs].val.clusterDim.x = 1;
-    attrs[n_attrs].val.clusterDim.y = unsigned(splits);
-    attrs[n_attrs].val.clusterDim.z = 1;
-    ++n_attrs;
-  }
-  if (programmatic_dependent_launch()) {
-    attrs[n_attrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attrs[n_attrs].val.programmaticStreamSerializationAllowed = 1;
-    ++n_attrs;
-  }
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(unsigned(tiles), unsigned(splits));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = T::kSmem;
-  config.stream = stream;
-  config.attrs = attrs;
-  config.numAttrs = unsigned(n_attrs);
-  return cudaLaunchKernelEx(&config, verify_gemm_kernel<MW, NT>, w_map, x_map, a) == cudaSuccess;
+  Launch(int tiles, int splits, size_t smem, cudaStream_t stream) {
+    int n = 0;
+    if (splits > 1) {
+      attrs[n].id = cudaLaunchAttributeClusterDimension;
+      attrs[n].val.clusterDim.x = 1;
+      attrs[n].val.clusterDim.y = unsigned(splits);
+      attrs[n].val.clusterDim.z = 1;
+      ++n;
+    }
+    if (programmatic_dependent_launch()) {
+      attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attrs[n].val.programmaticStreamSerializationAllowed = 1;
+      ++n;
+    }
+    config.gridDim = dim3(unsigned(tiles), unsigned(splits));
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    config.attrs = attrs;
+    config.numAttrs = unsigned(n);
+  }
+};
+
+template <int NT, int CPS>
+bool sized() {
+  static const bool ok = cudaFuncSetAttribute(verify_gemm_kernel<NT, CPS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              int(Tile<NT, CPS>::kSmem)) == cudaSuccess;
+  return ok;
 }
 
-// Ring bytes a stage for a tile of `rows` W rows and nt X rows.
-int stage_bytes(int rows, int nt) { return (rows + nt) * kBK * 2; }
+// CTAs of a variant the device holds at once with K split `splits` ways: clusters of `splits`
+// CTAs must fit in one GPC, so this is not SMs x CPS (cudaOccupancyMaxActiveClusters; a split
+// count whose clusters leave a second wave measured 1.5-2.5x slower, verify_gemm_sweep_s18_*).
+// Queried once per device and variant.
+template <int NT, int CPS>
+int resident_ctas(int splits) {
+  static std::mutex m;
+  static std::map<std::pair<int, int>, int> known;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || !sized<NT, CPS>()) return 0;
+  const std::lock_guard<std::mutex> hold(m);
+  if (auto found = known.find({dev, splits}); found != known.end()) return found->second;
+  int ctas = 0;
+  if (splits == 1) {
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, verify_gemm_kernel<NT, CPS>, kThreads,
+                                                      Tile<NT, CPS>::kSmem) == cudaSuccess)
+      ctas = per_sm * device_facts().sms;
+  } else {
+    // One column of tiles is enough for the query: it counts clusters, not the grid.
+    Launch l(1, splits, Tile<NT, CPS>::kSmem, nullptr);
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, verify_gemm_kernel<NT, CPS>, &l.config) == cudaSuccess)
+      ctas = clusters * splits;
+  }
+  (void)cudaGetLastError();  // a refused query is a variant not to plan with, not an error to keep
+  known.emplace(std::pair{dev, splits}, ctas);
+  return ctas;
+}
+
+template <int NT, int CPS>
+bool launch(const CUtensorMap& w_map, const CUtensorMap& x_map, const Args& a, int tiles, int splits,
+            cudaStream_t stream) {
+  if (!sized<NT, CPS>()) return false;
+  Launch l(tiles, splits, Tile<NT, CPS>::kSmem, stream);
+  return cudaLaunchKernelEx(&l.config, verify_gemm_kernel<NT, CPS>, w_map, x_map, a) == cudaSuccess;
+}
+
+int resident(int nt, int cps, int splits) {
+  if (cps == 2) return resident_ctas<64, 2>(splits);
+  return nt == 64 ? resident_ctas<64, 1>(splits) : resident_ctas<128, 1>(splits);
+}
+
+int g_splits = 0, g_ctas_per_sm = 0;
 
 }  // namespace
 
-void set_verify_gemm_tile(int rows) { g_tile = rows; }
 void set_verify_gemm_splits(int splits) { g_splits = splits; }
+void set_verify_gemm_ctas_per_sm(int ctas) { g_ctas_per_sm = ctas; }
 
-// The plan: the (tile, splits) whose busiest SM streams the fewest bytes, floored by the whole
-// matrix at the copy bandwidth; one SM is taken to pull at most 1/(0.5 · SMs) of it (Hopper's
-// DRAM bandwidth needs about half the SMs streaming). Ties keep the larger tile (X is read once a
-// tile from L2) and the fewer splits (each costs a cluster sync and a partial tile's sum).
+// The plan: the variant and split count whose busiest CTA streams the fewest weight bytes,
+// floored by the whole matrix at the copy bandwidth: a CTA is taken to stream at most
+// 1/SMs of it (one wave of tiles over 112 of 132 SMs read at 88% of copy, over all of them at
+// 99%: verify_gemm_sweep_s18_*). Waves count the CTAs the device holds at once (resident_ctas).
+// Ties keep the fewer splits (each costs a cluster sync and a partial tile's sum).
 VerifyGemmPlan verify_gemm_plan(int64_t N, int64_t K, int64_t M) {
   VerifyGemmPlan best;
   const int sms = std::max(1, device_facts().sms);
   const int nt = M <= 64 ? 64 : 128;
-  const int64_t k_steps = (K + kBK - 1) / kBK;
+  const int64_t k_steps = (K + kBK - 1) / kBK, tiles = (N + 127) / 128;
+  const double floor = double(N) * K * 2;
   double best_cost = 0;
-  for (const int rows : {256, 128}) {
-    if (g_tile && g_tile != rows) continue;
-    const int64_t tiles = (N + rows - 1) / rows;
-    for (int s = 1; s <= kMaxSplits; ++s) {
+  for (const int cps : {1, 2}) {
+    if ((g_ctas_per_sm && g_ctas_per_sm != cps) || (cps == 2 && nt != 64)) continue;
+    for (int s = 1; s <= kMaxSplits && s <= k_steps; ++s) {
       if (g_splits && g_splits != s) continue;
-      if (s > k_steps) break;
+      const int held = resident(nt, cps, s);
+      if (held < s) continue;
       const int64_t per = (k_steps + s - 1) / s;  // the busiest split's steps
-      const int64_t ctas = tiles * s, waves = (ctas + sms - 1) / sms;
-      const double busiest = double(waves) * double(per) * stage_bytes(rows, nt) * (0.5 * sms);
-      const double cost = std::max(busiest, double(N) * K * 2) * (s > 1 ? 1.03 : 1.0);
+      const int64_t waves = (tiles * s + held - 1) / held;
+      const double busiest = double(waves) * double(per) * 128 * kBK * 2 * sms / cps;
+      const double cost = std::max(busiest, floor) * (1.0 + 0.03 * (s - 1));
       if (best.splits == 0 || cost < best_cost) {
-        best = {rows, s, nt};
+        best = {128, s, nt, cps};
         best_cost = cost;
       }
     }
   }
-  if (best.splits == 0) best = {g_tile ? g_tile : 256, 1, nt};  // a forced split count past K's steps
+  if (best.splits == 0) best = {128, 1, nt, 1};  // a forced split count past K's steps
   return best;
 }
 
@@ -354,12 +395,9 @@ bool verify_gemm(const uint16_t* W, int64_t N, int64_t K, const uint16_t* X, int
   a.m = int(M);
   a.k_steps = int((K + kBK - 1) / kBK);
   const int tiles = int((N + p.tile_rows - 1) / p.tile_rows);
-  if (p.tile_rows == 256) {
-    return p.x_rows == 64 ? launch<2, 64>(w_map, x_map, a, tiles, p.splits, stream)
-                          : launch<2, 128>(w_map, x_map, a, tiles, p.splits, stream);
-  }
-  return p.x_rows == 64 ? launch<1, 64>(w_map, x_map, a, tiles, p.splits, stream)
-                        : launch<1, 128>(w_map, x_map, a, tiles, p.splits, stream);
+  if (p.ctas_per_sm == 2) return launch<64, 2>(w_map, x_map, a, tiles, p.splits, stream);
+  return p.x_rows == 64 ? launch<64, 1>(w_map, x_map, a, tiles, p.splits, stream)
+                        : launch<128, 1>(w_map, x_map, a, tiles, p.splits, stream);
 }
 
 }  // namespace specula::cuda

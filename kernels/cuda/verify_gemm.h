@@ -8,8 +8,8 @@
 // Why our own: cuBLAS's GEMM at 60 rows (120 stacked) read Llama-8B's projections at 66-85% of
 // the copy bandwidth on the H100 (o 66%, qkv 71%, down 79%, gate_up 85%;
 // bench/results/cuda_verify_8b_64k_profile_s14_h100_2026-11-25.json), the projections with fewer
-// output columns lowest: too few tiles to fill 132 SMs. Here a CTA streams a 256- or 128-row
-// tile of W over a range of K through a TMA ring while its two consumer warpgroups run wgmma
+// output columns lowest: too few tiles to fill 132 SMs. Here a CTA streams a 128-row tile
+// of W over a range of K through a TMA ring while its two consumer warpgroups run wgmma
 // m64nNk16 with X as the B operand (swap-AB: the few X rows are the MMA's N), and projections
 // with few tiles split K over a thread-block cluster whose CTAs sum their partial tiles through
 // distributed shared memory in a fixed order (deterministic; no global workspace).
@@ -28,18 +28,20 @@ inline constexpr int64_t kVerifyGemmMaxRows = 128;
 bool verify_gemm(const uint16_t* W, int64_t N, int64_t K, const uint16_t* X, int64_t M, float* Y, int64_t ldy,
                  cudaStream_t stream);
 
-// The plan verify_gemm picks for a shape: W rows a CTA (128 or 256), K splits (cluster size,
-// 1-8) and the MMA's N (64 or 128 X rows).
+// The plan verify_gemm picks for a shape: W rows a CTA (128), K splits (cluster size, 1-8), the
+// MMA's N (64 or 128 X rows) and CTAs an SM (1, or 2 with half the ring each, 64 X rows only).
 struct VerifyGemmPlan {
   int tile_rows = 0;
   int splits = 0;
   int x_rows = 0;
+  int ctas_per_sm = 0;
 };
 VerifyGemmPlan verify_gemm_plan(int64_t N, int64_t K, int64_t M);
 
-// Forces the tile (0 = by shape, else 128 or 256) and the K splits (0 = by shape, else 1-8;
-// fewer where K has fewer 64-wide steps). For tests and benchmarks; not thread-safe.
-void set_verify_gemm_tile(int rows);
+// Forces the K splits (0 = by shape, else 1-8; 1 where K has fewer 64-wide steps or the device
+// cannot hold such a cluster) and the CTAs an SM (0 = by shape, else 1 or 2; 2 only with 64 X
+// rows). For tests and benchmarks; not thread-safe.
 void set_verify_gemm_splits(int splits);
+void set_verify_gemm_ctas_per_sm(int ctas);
 
 }  // namespace specula::cuda

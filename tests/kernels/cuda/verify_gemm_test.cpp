@@ -1,6 +1,6 @@
 // kernels/cuda/verify_gemm (bf16 X and W on wgmma, f32 out) against a double-precision CPU
 // product over the same bf16 values, on random inputs drawn fresh every run, for every plan the
-// kernel has (tile 128 / 256, K split 1-8 over a cluster, 64 or 128 X rows an MMA).
+// kernel has (K split 1-8 over a cluster, 64 or 128 X rows an MMA, 1 or 2 CTAs an SM).
 #include "kernels/cuda/verify_gemm.h"
 
 #include <cuda_bf16.h>
@@ -56,10 +56,10 @@ void expect_plans_match_double(VerifyGemmTest& test, const Case& c) {
         for (int64_t k = 0; k < c.K; ++k) acc += w.values[n * c.K + k] * x.values[r * c.K + k];
         ref[r * c.N + n] = acc;
       }
-    for (const int tile : {0, 128, 256}) {
+    for (const int ctas_per_sm : {0, 1, 2}) {
       for (const int splits : {0, 1, 3, 8}) {
-        if ((tile == 0) != (splits == 0)) continue;  // auto, or both forced
-        set_verify_gemm_tile(tile);
+        if ((ctas_per_sm == 0) != (splits == 0)) continue;  // auto, or both forced
+        set_verify_gemm_ctas_per_sm(ctas_per_sm);
         set_verify_gemm_splits(splits);
         const VerifyGemmPlan plan = verify_gemm_plan(c.N, c.K, M);
         std::vector<float> init(M * c.ldy, kUntouched);
@@ -78,9 +78,9 @@ void expect_plans_match_double(VerifyGemmTest& test, const Case& c) {
           }
           for (int64_t n = c.N; n < c.ldy; ++n) untouched_lost += y[r * c.ldy + n] != kUntouched;
         }
-        const auto where = ::testing::Message() << "N " << c.N << " K " << c.K << " M " << M << " tile "
-                                                << plan.tile_rows << " splits " << plan.splits << " x_rows "
-                                                << plan.x_rows;
+        const auto where = ::testing::Message() << "N " << c.N << " K " << c.K << " M " << M << " splits "
+                                                << plan.splits << " x_rows " << plan.x_rows << " ctas/SM "
+                                                << plan.ctas_per_sm;
         // bf16 products are exact in f32; f32 sums of ~K terms of size ~0.05: far under 1e-5.
         EXPECT_LT(std::sqrt(num / den), 1e-5) << where;
         EXPECT_LT(worst, 1e-3) << where;
@@ -93,7 +93,7 @@ void expect_plans_match_double(VerifyGemmTest& test, const Case& c) {
     }
     cudaFree(dx);
   }
-  set_verify_gemm_tile(0);
+  set_verify_gemm_ctas_per_sm(0);
   set_verify_gemm_splits(0);
   cudaFree(dw);
   cudaFree(dy);
@@ -102,7 +102,7 @@ void expect_plans_match_double(VerifyGemmTest& test, const Case& c) {
 
 TEST_F(VerifyGemmTest, EveryPlanMatchesDoubleReference) {
   if (!hopper()) GTEST_SKIP() << "skipped: verify_gemm needs sm_90";
-  // N 1000: a partial last tile of either size; K 1544: a partial last 64-wide step (1544 = 24·64
+  // N 1000: a partial last tile; K 1544: a partial last 64-wide step (1544 = 24·64
   // + 8), and 3 splits of 25 steps leave the last one 7. Rows: one, the 64-row MMA's edge, the
   // 128-row MMA's start, a 60-node verify's 120 stacked rows, and the most.
   expect_plans_match_double(*this, {1000, 1544, 1000, {1, 17, 64, 65, 120, 128}, 1});
