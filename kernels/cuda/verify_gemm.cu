@@ -51,8 +51,12 @@ template <int NT, int CPS>
 struct Tile {
   static constexpr int kRows = kConsumers * 64;  // W rows a CTA
   static constexpr int kRingBytes = CPS == 1 ? 192 * 1024 : 96 * 1024;
-  // The register file split by setmaxnreg: 4 producer warps at kProducerRegs, 8 consumer warps.
-  static constexpr int kConsumerRegs = (65536 / CPS / 128 - kProducerRegs) / kConsumers / 8 * 8;
+  // setmaxnreg moves registers inside the CTA's own allocation (its launch bound's count a
+  // thread, in steps of 8): the producer warpgroup's drop to kProducerRegs pays for the
+  // consumers' rise. Asking for more than the allocation holds blocks forever (the first
+  // 2-CTAs-an-SM build asked 104 of a possible 100 and hung).
+  static constexpr int kLaunchRegs = 65536 / (kThreads * CPS) / 8 * 8;
+  static constexpr int kConsumerRegs = (kLaunchRegs * (kConsumers + 1) - kProducerRegs) / kConsumers / 8 * 8;
   static constexpr int kWBytes = kRows * kBK * 2;
   static constexpr int kXBytes = NT * kBK * 2;
   static constexpr int kStageBytes = kWBytes + kXBytes;  // a multiple of 1024: the swizzle's period
