@@ -4,7 +4,7 @@
 // heuristic's candidates timed (LtGemm, what the CUDA backend runs for large matrices), with the
 // measured copy bandwidth as the ceiling. Bytes counted: the weights once, X (2T·K bf16) and Y
 // (2T·N f32). Shapes: SmolLM2-135M's, Llama-3.1-8B's and OLMoE's attention side (random weights:
-// timing only, and the output says so). --sweep also times every forced plan (CTAs an SM x splits).
+// timing only, and the output says so). --sweep also times every forced split count.
 #include <CLI/CLI.hpp>
 
 #include <cublas_v2.h>
@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
   app.add_option("--rows", rows, "verify rows T (2T stacked rows; default 9 16 17 32 44 60 64)")
       ->check(CLI::Range(int64_t{1}, specula::cuda::kVerifyGemmMaxRows / 2));
   app.add_option("--model", only_model, "only the shapes whose model name starts with this (e.g. llama)");
-  app.add_flag("--sweep", sweep, "also time every forced plan (1 or 2 CTAs an SM x splits 1-8)");
+  app.add_flag("--sweep", sweep, "also time every forced split count (1-8)");
   app.add_option("--projection", only_projection, "only the projections of this name (qkv, o, gate_up, down, lm_head)");
   app.add_option("--pdl", pdl, "programmatic dependent launch between the timed launches (default true)");
   CLI11_PARSE(app, argc, argv);
@@ -165,29 +165,20 @@ int main(int argc, char** argv) {
                             {"ours_over_cublaslt_speed", lt_ms / ours_ms},
                             {"relative_l2_vs_cublaslt", std::sqrt(num / den)},
                             {"plan",
-                             {{"tile_rows", plan.tile_rows},
-                              {"splits", plan.splits},
-                              {"x_rows", plan.x_rows},
-                              {"ctas_per_sm", plan.ctas_per_sm}}}};
-      std::printf("%-26s %-8s T=%-3lld ours %8.1f us (%4.0f%% of copy; splits %d, %d CTA/SM)  cuBLAS %8.1f (%4.0f%%)  "
+                             {{"tile_rows", plan.tile_rows}, {"splits", plan.splits}, {"x_rows", plan.x_rows}}}};
+      std::printf("%-26s %-8s T=%-3lld ours %8.1f us (%4.0f%% of copy; splits %d)  cuBLAS %8.1f (%4.0f%%)  "
                   "cuBLASLt %8.1f (%4.0f%%)  rel L2 %.1e\n",
-                  s.model, s.name, static_cast<long long>(T), ours_ms * 1e3, 100 * frac(ours_ms), plan.splits,
-                  plan.ctas_per_sm, cublas_ms * 1e3, 100 * frac(cublas_ms), lt_ms * 1e3, 100 * frac(lt_ms),
+                  s.model, s.name, static_cast<long long>(T), ours_ms * 1e3, 100 * frac(ours_ms), plan.splits, cublas_ms * 1e3, 100 * frac(cublas_ms), lt_ms * 1e3, 100 * frac(lt_ms),
                   std::sqrt(num / den));
       if (sweep) {
         nlohmann::json plans = nlohmann::json::array();
-        for (const int cps : {1, 2}) {
-          for (int splits = 1; splits <= 8; ++splits) {
-            cuda::set_verify_gemm_ctas_per_sm(cps);
-            cuda::set_verify_gemm_splits(splits);
-            const cuda::VerifyGemmPlan forced = cuda::verify_gemm_plan(s.N, s.K, M);
-            if (forced.splits != splits || forced.ctas_per_sm != cps) continue;
-            const double ms = time_ms([&] { cuda::verify_gemm(w, s.N, s.K, x, M, y, s.N, stream); });
-            plans.push_back({{"ctas_per_sm", cps}, {"splits", splits}, {"us", ms * 1e3}});
-            std::printf("    %d CTAs/SM, splits %d: %8.1f us (%4.0f%%)\n", cps, splits, ms * 1e3, 100 * frac(ms));
-          }
+        for (int splits = 1; splits <= 8; ++splits) {
+          cuda::set_verify_gemm_splits(splits);
+          if (cuda::verify_gemm_plan(s.N, s.K, M).splits != splits) continue;
+          const double ms = time_ms([&] { cuda::verify_gemm(w, s.N, s.K, x, M, y, s.N, stream); });
+          plans.push_back({{"splits", splits}, {"us", ms * 1e3}});
+          std::printf("    splits %d: %8.1f us (%4.0f%%)\n", splits, ms * 1e3, 100 * frac(ms));
         }
-        cuda::set_verify_gemm_ctas_per_sm(0);
         cuda::set_verify_gemm_splits(0);
         row["forced_plans"] = plans;
       }

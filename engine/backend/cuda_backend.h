@@ -43,10 +43,11 @@ struct CudaBackendOptions {
   // prompt could disagree; it gained 1-3% on Llama-8B's verify GEMMs
   // (bench/results/gpu_verify_rows_s9_h100_2026-11-24.json). bench_cuda_decode --cublaslt.
   bool cublaslt_tuned = false;
-  // The stacked split-halves GEMMs (2..64 rows) on our wgmma kernel (kernels/cuda/verify_gemm.h)
-  // where the device runs it (sm_90), before either cuBLAS path above: deterministic, and it
-  // streams the weights closer to the copy bandwidth than cuBLAS at a verify's row counts
-  // (bench/results/verify_gemm_*). Off: cuBLAS (A/B timing; bench_cuda_decode --verify-gemm).
+  // The stacked split-halves GEMMs (17..64 rows) of small matrices (SmolLM2's projections) on our
+  // wgmma kernel (kernels/cuda/verify_gemm.h) where the device runs it (sm_90), instead of
+  // cublasGemmEx: deterministic, and 1.1-2.2x faster at those shapes, where cuBLAS's time is
+  // mostly its fixed cost (bench/results/verify_gemm_sweep_s18*). Off: cuBLAS (A/B timing;
+  // bench_cuda_decode --verify-gemm).
   bool verify_gemm = true;
 };
 

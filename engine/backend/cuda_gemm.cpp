@@ -183,8 +183,14 @@ bool CudaBackend::Impl::stacked(int64_t N, int64_t K, int64_t T) const {
 // y_split (2T, N) = [hi; lo] · Wᵀ: the halves of X, hi (T, K) bf16 at x_bf16 and lo right after
 // it, as 2T columns of one cuBLAS GEMM (the weights read once).
 Status CudaBackend::Impl::gemm_halves(const bf16_bits* W, int64_t N, int64_t K, int64_t T) {
-  // Our wgmma kernel where it runs (it launches nothing and returns false otherwise).
-  if (verify_gemm && cuda::verify_gemm(W, N, K, x_bf16.get(), 2 * T, y_split.get(), N, stream)) return {};
+  // Small matrices on our wgmma kernel where it runs (it launches nothing and returns false
+  // otherwise): there a GEMM is launch and latency more than bytes, and it took SmolLM2's 9-64
+  // row products from 6.5-8.5 us on cuBLAS to 3.8-7.4; on Llama-8B's it streamed 5-30% slower
+  // than cuBLASLt (bench/results/verify_gemm_sweep_s18*).
+  if (verify_gemm && N * K <= kSmallMatrixWeights &&
+      cuda::verify_gemm(W, N, K, x_bf16.get(), 2 * T, y_split.get(), N, stream)) {
+    return {};
+  }
   // cuBLASLt's timed pick only for large matrices: on Llama-8B's it took a 61-row 64K verify
   // from 13.41 to 13.13 ms, on SmolLM2's small ones it was 0.01-0.06 ms a verify slower.
   if (cublaslt_tuned && N * K > kSmallMatrixWeights) {

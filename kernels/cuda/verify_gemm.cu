@@ -44,18 +44,20 @@ constexpr int kThreads = (kConsumers + 1) * 128;
 constexpr int kProducerRegs = 40;
 constexpr int kMaxSplits = 8;                 // the portable cluster size
 
-// NT: X rows of the MMA (64 or 128); CPS: CTAs an SM (1, or 2 with half the ring each).
+// NT: X rows of the MMA (64 or 128). One CTA an SM: a 2-CTAs-an-SM variant (half the ring
+// each, 96 registers a consumer) was slower at every shape but SmolLM2's lm_head
+// (verify_gemm_sweep_s18b_*).
 // A consumer warpgroup owns one m64 tile of W rows: two (256-row CTA tiles) measured as fast or
 // slower everywhere but the lm_head (bench/results/verify_gemm_sweep_s18_*).
-template <int NT, int CPS>
+template <int NT>
 struct Tile {
   static constexpr int kRows = kConsumers * 64;  // W rows a CTA
-  static constexpr int kRingBytes = CPS == 1 ? 192 * 1024 : 96 * 1024;
+  static constexpr int kRingBytes = 192 * 1024;
   // setmaxnreg moves registers inside the CTA's own allocation (its launch bound's count a
   // thread, in steps of 8): the producer warpgroup's drop to kProducerRegs pays for the
-  // consumers' rise. Asking for more than the allocation holds blocks forever (the first
-  // 2-CTAs-an-SM build asked 104 of a possible 100 and hung).
-  static constexpr int kLaunchRegs = 65536 / (kThreads * CPS) / 8 * 8;
+  // consumers' rise. Asking for more than the allocation holds blocks forever (a 2-CTAs-an-SM
+  // build asked 104 of a possible 100 and hung).
+  static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
   static constexpr int kConsumerRegs = (kLaunchRegs * (kConsumers + 1) - kProducerRegs) / kConsumers / 8 * 8;
   static constexpr int kWBytes = kRows * kBK * 2;
   static constexpr int kXBytes = NT * kBK * 2;
@@ -74,10 +76,10 @@ struct Args {
   int k_steps;  // 64-wide K steps in all
 };
 
-template <int NT, int CPS>
-__global__ void __launch_bounds__(kThreads, CPS)
+template <int NT>
+__global__ void __launch_bounds__(kThreads, 1)
     verify_gemm_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map, Args a) {
-  using T = Tile<NT, CPS>;
+  using T = Tile<NT>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* base = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
   auto* full = reinterpret_cast<uint64_t*>(base + size_t(T::kStages) * T::kStageBytes);
@@ -294,36 +296,36 @@ struct Launch {
   }
 };
 
-template <int NT, int CPS>
+template <int NT>
 bool sized() {
-  static const bool ok = cudaFuncSetAttribute(verify_gemm_kernel<NT, CPS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              int(Tile<NT, CPS>::kSmem)) == cudaSuccess;
+  static const bool ok = cudaFuncSetAttribute(verify_gemm_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              int(Tile<NT>::kSmem)) == cudaSuccess;
   return ok;
 }
 
 // CTAs of a variant the device holds at once with K split `splits` ways: clusters of `splits`
-// CTAs must fit in one GPC, so this is not SMs x CPS (cudaOccupancyMaxActiveClusters; a split
+// CTAs must fit in one GPC, so this is not the SM count (cudaOccupancyMaxActiveClusters; a split
 // count whose clusters leave a second wave measured 1.5-2.5x slower, verify_gemm_sweep_s18_*).
 // Queried once per device and variant.
-template <int NT, int CPS>
+template <int NT>
 int resident_ctas(int splits) {
   static std::mutex m;
   static std::map<std::pair<int, int>, int> known;
   int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || !sized<NT, CPS>()) return 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || !sized<NT>()) return 0;
   const std::lock_guard<std::mutex> hold(m);
   if (auto found = known.find({dev, splits}); found != known.end()) return found->second;
   int ctas = 0;
   if (splits == 1) {
     int per_sm = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, verify_gemm_kernel<NT, CPS>, kThreads,
-                                                      Tile<NT, CPS>::kSmem) == cudaSuccess)
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, verify_gemm_kernel<NT>, kThreads,
+                                                      Tile<NT>::kSmem) == cudaSuccess)
       ctas = per_sm * device_facts().sms;
   } else {
     // One column of tiles is enough for the query: it counts clusters, not the grid.
-    Launch l(1, splits, Tile<NT, CPS>::kSmem, nullptr);
+    Launch l(1, splits, Tile<NT>::kSmem, nullptr);
     int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, verify_gemm_kernel<NT, CPS>, &l.config) == cudaSuccess)
+    if (cudaOccupancyMaxActiveClusters(&clusters, verify_gemm_kernel<NT>, &l.config) == cudaSuccess)
       ctas = clusters * splits;
   }
   (void)cudaGetLastError();  // a refused query is a variant not to plan with, not an error to keep
@@ -331,56 +333,43 @@ int resident_ctas(int splits) {
   return ctas;
 }
 
-template <int NT, int CPS>
+template <int NT>
 bool launch(const CUtensorMap& w_map, const CUtensorMap& x_map, const Args& a, int tiles, int splits,
             cudaStream_t stream) {
-  if (!sized<NT, CPS>()) return false;
-  Launch l(tiles, splits, Tile<NT, CPS>::kSmem, stream);
-  return cudaLaunchKernelEx(&l.config, verify_gemm_kernel<NT, CPS>, w_map, x_map, a) == cudaSuccess;
+  if (!sized<NT>()) return false;
+  Launch l(tiles, splits, Tile<NT>::kSmem, stream);
+  return cudaLaunchKernelEx(&l.config, verify_gemm_kernel<NT>, w_map, x_map, a) == cudaSuccess;
 }
 
-int resident(int nt, int cps, int splits) {
-  if (cps == 2) return resident_ctas<64, 2>(splits);
-  return nt == 64 ? resident_ctas<64, 1>(splits) : resident_ctas<128, 1>(splits);
-}
+int resident(int nt, int splits) { return nt == 64 ? resident_ctas<64>(splits) : resident_ctas<128>(splits); }
 
-int g_splits = 0, g_ctas_per_sm = 0;
+int g_splits = 0;
 
 }  // namespace
 
 void set_verify_gemm_splits(int splits) { g_splits = splits; }
-void set_verify_gemm_ctas_per_sm(int ctas) { g_ctas_per_sm = ctas; }
 
-// The plan: the variant and split count whose busiest CTA streams the fewest weight bytes,
-// floored by the whole matrix at the copy bandwidth: a CTA is taken to stream at most
-// 1/SMs of it (one wave of tiles over 112 of 132 SMs read at 88% of copy, over all of them at
-// 99%: verify_gemm_sweep_s18_*). Waves count the CTAs the device holds at once (resident_ctas).
-// Ties keep the fewer splits (each costs a cluster sync and a partial tile's sum).
+// The plan: no split while a CTA's K range is short (each split costs a cluster sync and a
+// partial tile's sum: on SmolLM2's 9-step rows one CTA a tile won, 3.8 against 4.1-4.4 us), else
+// about 6 steps a split, as many as keep the grid in one wave of resident clusters (K 1536: 5-6
+// splits 4.5 against 5.9 us unsplit; a split count whose clusters need a second wave ran
+// 1.5-2.5x slower; bench/results/verify_gemm_sweep_s18_*).
 VerifyGemmPlan verify_gemm_plan(int64_t N, int64_t K, int64_t M) {
-  VerifyGemmPlan best;
-  const int sms = std::max(1, device_facts().sms);
   const int nt = M <= 64 ? 64 : 128;
   const int64_t k_steps = (K + kBK - 1) / kBK, tiles = (N + 127) / 128;
-  const double floor = double(N) * K * 2;
-  double best_cost = 0;
-  for (const int cps : {1, 2}) {
-    if ((g_ctas_per_sm && g_ctas_per_sm != cps) || (cps == 2 && nt != 64)) continue;
-    for (int s = 1; s <= kMaxSplits && s <= k_steps; ++s) {
-      if (g_splits && g_splits != s) continue;
-      const int held = resident(nt, cps, s);
-      if (held < s) continue;
-      const int64_t per = (k_steps + s - 1) / s;  // the busiest split's steps
-      const int64_t waves = (tiles * s + held - 1) / held;
-      const double busiest = double(waves) * double(per) * 128 * kBK * 2 * sms / cps;
-      const double cost = std::max(busiest, floor) * (1.0 + 0.03 * (s - 1));
-      if (best.splits == 0 || cost < best_cost) {
-        best = {128, s, nt, cps};
-        best_cost = cost;
+  int splits = 1;
+  if (g_splits) {
+    splits = int(std::min<int64_t>(g_splits, k_steps));
+  } else if (k_steps > 12) {
+    for (int s = int(std::min<int64_t>(kMaxSplits, (k_steps + 5) / 6)); s > 1; --s) {
+      if (tiles * s <= resident(nt, s)) {
+        splits = s;
+        break;
       }
     }
   }
-  if (best.splits == 0) best = {128, 1, nt, 1};  // a forced split count past K's steps
-  return best;
+  if (splits > 1 && resident(nt, splits) < splits) splits = 1;  // the device cannot hold such a cluster
+  return {128, splits, nt};
 }
 
 bool verify_gemm(const uint16_t* W, int64_t N, int64_t K, const uint16_t* X, int64_t M, float* Y, int64_t ldy,
@@ -399,9 +388,8 @@ bool verify_gemm(const uint16_t* W, int64_t N, int64_t K, const uint16_t* X, int
   a.m = int(M);
   a.k_steps = int((K + kBK - 1) / kBK);
   const int tiles = int((N + p.tile_rows - 1) / p.tile_rows);
-  if (p.ctas_per_sm == 2) return launch<64, 2>(w_map, x_map, a, tiles, p.splits, stream);
-  return p.x_rows == 64 ? launch<64, 1>(w_map, x_map, a, tiles, p.splits, stream)
-                        : launch<128, 1>(w_map, x_map, a, tiles, p.splits, stream);
+  return p.x_rows == 64 ? launch<64>(w_map, x_map, a, tiles, p.splits, stream)
+                        : launch<128>(w_map, x_map, a, tiles, p.splits, stream);
 }
 
 }  // namespace specula::cuda

@@ -28,20 +28,17 @@ inline constexpr int64_t kVerifyGemmMaxRows = 128;
 bool verify_gemm(const uint16_t* W, int64_t N, int64_t K, const uint16_t* X, int64_t M, float* Y, int64_t ldy,
                  cudaStream_t stream);
 
-// The plan verify_gemm picks for a shape: W rows a CTA (128), K splits (cluster size, 1-8), the
-// MMA's N (64 or 128 X rows) and CTAs an SM (1, or 2 with half the ring each, 64 X rows only).
+// The plan verify_gemm picks for a shape: W rows a CTA (128), K splits (cluster size, 1-8) and
+// the MMA's N (64 or 128 X rows).
 struct VerifyGemmPlan {
   int tile_rows = 0;
   int splits = 0;
   int x_rows = 0;
-  int ctas_per_sm = 0;
 };
 VerifyGemmPlan verify_gemm_plan(int64_t N, int64_t K, int64_t M);
 
-// Forces the K splits (0 = by shape, else 1-8; 1 where K has fewer 64-wide steps or the device
-// cannot hold such a cluster) and the CTAs an SM (0 = by shape, else 1 or 2; 2 only with 64 X
-// rows). For tests and benchmarks; not thread-safe.
+// Forces the K splits (0 = by shape, else 1-8; at most K's 64-wide steps, 1 where the device
+// cannot hold such a cluster). For tests and benchmarks; not thread-safe.
 void set_verify_gemm_splits(int splits);
-void set_verify_gemm_ctas_per_sm(int ctas);
 
 }  // namespace specula::cuda
