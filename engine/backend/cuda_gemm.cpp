@@ -187,7 +187,8 @@ Status CudaBackend::Impl::gemm_halves(const bf16_bits* W, int64_t N, int64_t K, 
   // otherwise): there a GEMM is launch and latency more than bytes, and it took SmolLM2's 9-64
   // row products from 6.5-8.5 us on cuBLAS to 3.8-7.4; on Llama-8B's it streamed 5-30% slower
   // than cuBLASLt (bench/results/verify_gemm_sweep_s18*).
-  if (verify_gemm && N * K <= kSmallMatrixWeights &&
+  // A forced cuBLAS route (CudaBackendOptions::layer_route) keeps cuBLAS.
+  if (verify_gemm && layer_route != GemmRoute::kCublas && N * K <= kSmallMatrixWeights &&
       cuda::verify_gemm(W, N, K, x_bf16.get(), 2 * T, y_split.get(), N, stream)) {
     return {};
   }
