@@ -66,14 +66,14 @@ struct Tile {
   static constexpr size_t kSmem = 1024 + size_t(kStages) * kStageBytes + 2 * kStages * sizeof(uint64_t);
   static_assert(kStages >= 3, "a ring of at least three stages");
   static_assert(kConsumerRegs >= NT / 2 + 40, "the accumulators fit the consumer's registers");
-  static_assert(size_t(NT) * kRows * sizeof(float) <= size_t(kStages) * kStageBytes, "partial tile fits the ring");
 };
 
 struct Args {
   float* y;
   int64_t ldy;
   int n, m;
-  int k_steps;  // 64-wide K steps in all
+  int k_steps;       // 64-wide K steps in all
+  bool vector_rows;  // Y and ldy allow float4 stores
 };
 
 template <int NT>
@@ -151,61 +151,53 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   pdl_trigger();
 
-  const int g = lane / 4, t = lane % 4, w_in = warp % 4;
-  if (splits == 1) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int n = n0 + wgi * 64 + 16 * w_in + g + 8 * r;
-      if (n >= a.n) continue;
-#pragma unroll
-      for (int i = 0; i < NT / 8; ++i)
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int row = 8 * i + 2 * t + c;
-          if (row < a.m) a.y[int64_t(row) * a.ldy + n] = acc[4 * i + 2 * r + c];
-        }
-    }
-    return;
-  }
-  // Split K: partial tile [NT][kRows] f32 into this CTA's ring (every stage consumed: the ring is
-  // idle once both consumer warpgroups are past their last wait).
+  // Epilogue: the tile, [NT][kStride] f32, into this CTA's ring (idle once both consumer
+  // warpgroups are past their last wait), then whole rows of Y as float4 stores. (Storing the
+  // accumulators straight from registers, 4-byte stores 4 rows apart, took 7.2 us a SmolLM2
+  // projection where cuBLAS took 4.3: verify_gemm_profile_s18_*.) With K split, CTA q of the
+  // cluster writes X rows q, q + S, ..., each the sum of the S partial tiles in rank order.
+  constexpr int kStride = T::kRows + 4;  // rows 2 apart land 8 banks apart: conflict-free stores
+  static_assert(size_t(NT) * kStride * sizeof(float) <= size_t(T::kStages) * T::kStageBytes, "tile fits the ring");
   auto* part = reinterpret_cast<float*>(base);
-  {
-    asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumers * 128) : "memory");  // both past their MMAs' reads
+  const int g = lane / 4, t = lane % 4, w_in = warp % 4;
+  asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumers * 128) : "memory");  // both past their MMAs' reads
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int col = wgi * 64 + 16 * w_in + g + 8 * r;
+  for (int r = 0; r < 2; ++r) {
+    const int col = wgi * 64 + 16 * w_in + g + 8 * r;
 #pragma unroll
-      for (int i = 0; i < NT / 8; ++i)
+    for (int i = 0; i < NT / 8; ++i)
 #pragma unroll
-        for (int c = 0; c < 2; ++c) part[(8 * i + 2 * t + c) * T::kRows + col] = acc[4 * i + 2 * r + c];
-    }
+      for (int c = 0; c < 2; ++c) part[(8 * i + 2 * t + c) * kStride + col] = acc[4 * i + 2 * r + c];
   }
   cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();  // every thread of the cluster, the producers' too
-  {
-    // This CTA's X rows split, split + S, ...; 4 consecutive W rows a thread.
-    constexpr int kQuads = T::kRows / 4;
-    const int mine = a.m > split ? (min(a.m, NT) - split + splits - 1) / splits : 0;
-    for (int idx = threadIdx.x; idx < mine * kQuads; idx += kConsumers * 128) {
-      const int row = split + idx / kQuads * splits, col = idx % kQuads * 4, off = row * T::kRows + col;
-      float4 sum = *reinterpret_cast<const float4*>(cluster.map_shared_rank(part, 0) + off);
-      for (int q = 1; q < splits; ++q) {
-        const float4 v = *reinterpret_cast<const float4*>(cluster.map_shared_rank(part, q) + off);
-        sum.x += v.x;
-        sum.y += v.y;
-        sum.z += v.z;
-        sum.w += v.w;
-      }
-      const int n = n0 + col;
-      float* dst = a.y + int64_t(row) * a.ldy + n;
+  if (splits > 1)
+    cluster.sync();  // every thread of the cluster, the producers' too
+  else
+    asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumers * 128) : "memory");
+  constexpr int kQuads = T::kRows / 4;
+  const int mine = a.m > split ? (min(a.m, NT) - split + splits - 1) / splits : 0;
+  for (int idx = threadIdx.x; idx < mine * kQuads; idx += kConsumers * 128) {
+    const int row = split + idx / kQuads * splits, col = idx % kQuads * 4, off = row * kStride + col;
+    float4 sum = *reinterpret_cast<const float4*>((splits > 1 ? cluster.map_shared_rank(part, 0) : part) + off);
+    for (int q = 1; q < splits; ++q) {
+      const float4 v = *reinterpret_cast<const float4*>(cluster.map_shared_rank(part, q) + off);
+      sum.x += v.x;
+      sum.y += v.y;
+      sum.z += v.z;
+      sum.w += v.w;
+    }
+    const int n = n0 + col;
+    float* dst = a.y + int64_t(row) * a.ldy + n;
+    if (a.vector_rows && n + 3 < a.n) {
+      *reinterpret_cast<float4*>(dst) = sum;
+    } else {
       const float vals[4] = {sum.x, sum.y, sum.z, sum.w};
 #pragma unroll
       for (int e = 0; e < 4; ++e)
         if (n + e < a.n) dst[e] = vals[e];
     }
   }
-  cluster.sync();  // peers' partials stay until every CTA has read them
+  if (splits > 1) cluster.sync();  // peers' partials stay until every CTA has read them
 }
 
 // W (N, K) or X (M, K) as a 2D tensor map: K elements x rows, box 64 x box_rows, 128B swizzle
@@ -349,26 +341,25 @@ int g_splits = 0;
 
 void set_verify_gemm_splits(int splits) { g_splits = splits; }
 
-// The plan: no split while a CTA's K range is short (each split costs a cluster sync and a
-// partial tile's sum: on SmolLM2's 9-step rows one CTA a tile won, 3.8 against 4.1-4.4 us), else
-// about 6 steps a split, as many as keep the grid in one wave of resident clusters (K 1536: 5-6
-// splits 4.5 against 5.9 us unsplit; a split count whose clusters need a second wave ran
-// 1.5-2.5x slower; bench/results/verify_gemm_sweep_s18_*).
+// The plan: K split as many ways (at most 8, at least 2 steps a split) as keep the grid in one
+// wave of resident clusters: a projection of few tiles otherwise runs on few SMs, each streaming
+// its tile's K serially (a split count whose clusters need a second wave ran 1.5-2.5x slower,
+// bench/results/verify_gemm_sweep_s18_*).
 VerifyGemmPlan verify_gemm_plan(int64_t N, int64_t K, int64_t M) {
   const int nt = M <= 64 ? 64 : 128;
   const int64_t k_steps = (K + kBK - 1) / kBK, tiles = (N + 127) / 128;
   int splits = 1;
   if (g_splits) {
     splits = int(std::min<int64_t>(g_splits, k_steps));
-  } else if (k_steps > 12) {
-    for (int s = int(std::min<int64_t>(kMaxSplits, (k_steps + 5) / 6)); s > 1; --s) {
+    if (splits > 1 && resident(nt, splits) < splits) splits = 1;  // the device cannot hold such a cluster
+  } else {
+    for (int s = int(std::min<int64_t>(kMaxSplits, k_steps / 2)); s > 1; --s) {
       if (tiles * s <= resident(nt, s)) {
         splits = s;
         break;
       }
     }
   }
-  if (splits > 1 && resident(nt, splits) < splits) splits = 1;  // the device cannot hold such a cluster
   return {128, splits, nt};
 }
 
@@ -387,6 +378,7 @@ bool verify_gemm(const uint16_t* W, int64_t N, int64_t K, const uint16_t* X, int
   a.n = int(N);
   a.m = int(M);
   a.k_steps = int((K + kBK - 1) / kBK);
+  a.vector_rows = ldy % 4 == 0 && reinterpret_cast<uintptr_t>(Y) % 16 == 0;
   const int tiles = int((N + p.tile_rows - 1) / p.tile_rows);
   return p.x_rows == 64 ? launch<64>(w_map, x_map, a, tiles, p.splits, stream)
                         : launch<128>(w_map, x_map, a, tiles, p.splits, stream);
