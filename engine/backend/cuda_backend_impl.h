@@ -296,6 +296,14 @@ struct CudaBackend::Impl {
   // cuBLAS, gpu_verify_routes_s9_h100_2026-11-24.json: the price of exactness), large ones to 8
   // (Llama-8B's: 6.62 against 6.36 ms at 2 rows); past them cuBLAS's stacked halves.
   static constexpr int64_t kExactVerifyRowsSmall = 16;
+  // Up to this many rows, small matrices' stacked products take kernels/cuda/verify_gemm.h (64 X
+  // rows an MMA) instead of cublasGemmEx: SmolLM2's 17- and 25-row verifies 0.942 -> 0.863 and
+  // 0.953 -> 0.914-0.919 ms. From 33 rows (its 128-row MMA) it lost: 33 / 45 / 61 rows 8-16%
+  // slower (bench/results/verify_gemm_e2e_s18_h200_2026-12-02.json). Alone, its graph-timed
+  // products are 0.4-1.1 us slower than cuBLAS's at these shapes (verify_gemm_sweep_s18c_*); in
+  // the verify it starts under programmatic launch and streams its weights before the kernel
+  // ahead of it ends, which cuBLAS does not.
+  static constexpr int64_t kVerifyGemmRows = 32;
   static constexpr int64_t kExactVerifyRowsLarge = 8;
 
   // GEMMs (cuda_gemm.cpp).

@@ -183,12 +183,9 @@ bool CudaBackend::Impl::stacked(int64_t N, int64_t K, int64_t T) const {
 // y_split (2T, N) = [hi; lo] · Wᵀ: the halves of X, hi (T, K) bf16 at x_bf16 and lo right after
 // it, as 2T columns of one cuBLAS GEMM (the weights read once).
 Status CudaBackend::Impl::gemm_halves(const bf16_bits* W, int64_t N, int64_t K, int64_t T) {
-  // Small matrices on our wgmma kernel where it runs (it launches nothing and returns false
-  // otherwise): there a GEMM is launch and latency more than bytes, and it took SmolLM2's 9-64
-  // row products from 6.5-8.5 us on cuBLAS to 3.8-7.4; on Llama-8B's it streamed 5-30% slower
-  // than cuBLASLt (bench/results/verify_gemm_sweep_s18*).
-  // A forced cuBLAS route (CudaBackendOptions::layer_route) keeps cuBLAS.
-  if (verify_gemm && layer_route != GemmRoute::kCublas && N * K <= kSmallMatrixWeights &&
+  // Small matrices at up to kVerifyGemmRows rows on our wgmma kernel where it runs (it launches
+  // nothing and returns false otherwise). A forced cuBLAS route (layer_route) keeps cuBLAS.
+  if (verify_gemm && layer_route != GemmRoute::kCublas && N * K <= kSmallMatrixWeights && T <= kVerifyGemmRows &&
       cuda::verify_gemm(W, N, K, x_bf16.get(), 2 * T, y_split.get(), N, stream)) {
     return {};
   }

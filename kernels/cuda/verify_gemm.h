@@ -6,13 +6,18 @@
 // model: every weight is read once for all rows.
 //
 // Why our own: cuBLAS's GEMM at 60 rows (120 stacked) read Llama-8B's projections at 66-85% of
-// the copy bandwidth on the H100 (o 66%, qkv 71%, down 79%, gate_up 85%;
-// bench/results/cuda_verify_8b_64k_profile_s14_h100_2026-11-25.json), the projections with fewer
-// output columns lowest: too few tiles to fill 132 SMs. Here a CTA streams a 128-row tile
+// the copy bandwidth on the H100 (bench/results/cuda_verify_8b_64k_profile_s14_h100_2026-11-25.json),
+// and cuBLAS kernels cannot start under programmatic launch. Here a CTA streams a 128-row tile
 // of W over a range of K through a TMA ring while its two consumer warpgroups run wgmma
 // m64nNk16 with X as the B operand (swap-AB: the few X rows are the MMA's N), and projections
 // with few tiles split K over a thread-block cluster whose CTAs sum their partial tiles through
-// distributed shared memory in a fixed order (deterministic; no global workspace).
+// distributed shared memory in a fixed order (deterministic; no global workspace); its first
+// ring of weights is in flight before the kernel ahead of it has finished.
+// Where it stands (H200, bench/results/verify_gemm_sweep_s18c_*, GPU time through CUDA graphs):
+// on Llama-8B's projections cuBLAS streams 5-25% faster (ours 64-89% of copy, 97-98% on the
+// lm_head); alone, SmolLM2's small products are 0.4-1.1 us slower than cuBLAS's 3-4.4 us, but in
+// the verify the early weight stream pays: the CUDA backend takes it for SmolLM2's 17-32-row
+// verifies only (CudaBackend's kVerifyGemmRows).
 #include <cstdint>
 
 typedef struct CUstream_st* cudaStream_t;

@@ -69,6 +69,8 @@ class CudaBackendTest : public testing::DefaultModelOnGpu {
     return ids;
   }
 
+  void expect_wide_tree_verify_matches_cpu(int T);  // a T-row tree verify (below WideTreeVerifyMatchesCpu)
+
   std::unique_ptr<CpuBackend> cpu_;
 };
 
@@ -246,10 +248,15 @@ TEST_F(CudaBackendTest, TreeMaskedForwardAndCommitMatchCpu) {
   EXPECT_LT(rel_l2(again, lg), 1e-6);
 }
 
-// A verify of a wide tree (40 rows: every projection on cuBLAS's split halves, and the row ops
-// between the GEMMs fused, CudaSession::enqueue_forward's split_ops) against the CPU, all rows'
-// logits and the last row's alone, then a commit of one path and a decode step.
+// A verify of a wide tree (24 and 40 rows: every projection on the stacked split halves, and the
+// row ops between the GEMMs fused, CudaSession::enqueue_forward's split_ops; at 24 rows the
+// products run on kernels/cuda/verify_gemm where the GPU is an sm_90, at 40 on cuBLAS) against
+// the CPU, all rows' logits and the last row's alone, then a commit of one path and a decode step.
 TEST_F(CudaBackendTest, WideTreeVerifyMatchesCpu) {
+  for (const int T : {24, 40}) expect_wide_tree_verify_matches_cpu(T);
+}
+
+void CudaBackendTest::expect_wide_tree_verify_matches_cpu(int T) {
   const auto prompt = encode("The quick brown fox jumps over the lazy dog. The quick brown");
   const int64_t V = cuda_->config().vocab_size;
   auto cs = cpu_->start(16, 256);
@@ -258,7 +265,6 @@ TEST_F(CudaBackendTest, WideTreeVerifyMatchesCpu) {
   std::vector<float> lc(V), lg(V);
   ASSERT_TRUE(prefill(**cs, prompt, lc) && prefill(**gs, prompt, lg));
   const int32_t n0 = static_cast<int32_t>(prompt.size());
-  const int T = 40;
   std::vector<int> parents(T, -1), depth(T, 0);
   std::vector<int32_t> tokens(T), pos(T);
   tokens[0] = argmax(lc);
@@ -285,8 +291,8 @@ TEST_F(CudaBackendTest, WideTreeVerifyMatchesCpu) {
   ASSERT_TRUE((*cs)->forward({&tok, 1}, {&p, 1}, nullptr, lc, LogitRows::Last));
   ASSERT_TRUE((*gs)->forward({&tok, 1}, {&p, 1}, nullptr, lg, LogitRows::Last));
   const double after = rel_l2(lg, lc);
-  std::printf("40-row tree verify: rel L2 %.2e all rows, %.2e last row, %.2e the decode step after a commit\n", all,
-              last, after);
+  std::printf("%d-row tree verify: rel L2 %.2e all rows, %.2e last row, %.2e the decode step after a commit\n", T,
+              all, last, after);
   EXPECT_LT(all, 1e-2);
   EXPECT_LT(last, 1e-2);
   EXPECT_LT(after, 1e-2);
