@@ -123,8 +123,7 @@ int main(int argc, char** argv) {
         cudaGraphExec_t exec = nullptr;
         if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) return -1.0;
         for (int i = 0; i < iterations; ++i) fn();
-        if (cudaStreamEndCapture(stream, &graph) != cudaSuccess ||
-            cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess)
+        if (cudaStreamEndCapture(stream, &graph) != cudaSuccess || cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess)
           return -1.0;
         cudaGraphLaunch(exec, stream);  // warm
         cudaEventRecord(start, stream);
@@ -140,17 +139,23 @@ int main(int argc, char** argv) {
       const float one = 1, zero = 0;
       const double cublas_ms = time_ms([&] {
         cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, int(s.N), int(M), int(s.K), &one, w, CUDA_R_16BF, int(s.K), x,
-                     CUDA_R_16BF, int(s.K), &zero, y_ref, CUDA_R_32F, int(s.N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+                     CUDA_R_16BF, int(s.K), &zero, y_ref, CUDA_R_32F, int(s.N), CUBLAS_COMPUTE_32F,
+                     CUBLAS_GEMM_DEFAULT);
       });
       bool lt_ok = true;
-      const double lt_ms = time_ms([&] { lt_ok = lt_ok && static_cast<bool>(lt.run(w, s.N, s.K, x, M, y_ref, stream)); });
+      const double lt_ms =
+          time_ms([&] { lt_ok = lt_ok && static_cast<bool>(lt.run(w, s.N, s.K, x, M, y_ref, stream)); });
       bool ours_ok = true;
-      const double ours_ms = time_ms([&] { ours_ok = ours_ok && cuda::verify_gemm(w, s.N, s.K, x, M, y, s.N, stream); });
+      const double ours_ms =
+          time_ms([&] { ours_ok = ours_ok && cuda::verify_gemm(w, s.N, s.K, x, M, y, s.N, stream); });
       CHECK_CUDA(cudaStreamSynchronize(stream));
       CHECK_CUDA(cudaGetLastError());
       if (!ours_ok || !lt_ok || cublas_ms < 0 || lt_ms < 0 || ours_ms < 0) {
         std::fprintf(stderr, "bench_verify_gemm: %s %s T=%lld: %s refused the shape\n", s.model, s.name,
-                     static_cast<long long>(T), !ours_ok ? "verify_gemm" : !lt_ok ? "cuBLASLt" : "a graph capture");
+                     static_cast<long long>(T),
+                     !ours_ok ? "verify_gemm"
+                     : !lt_ok ? "cuBLASLt"
+                              : "a graph capture");
         return 1;
       }
       // Agreement with cuBLASLt's product (both sum exact bf16 products in f32, in other orders).
@@ -165,26 +170,27 @@ int main(int argc, char** argv) {
       const cuda::VerifyGemmPlan plan = cuda::verify_gemm_plan(s.N, s.K, M);
       const double bytes = double(s.N * s.K * 2 + M * s.K * 2 + M * s.N * 4);
       auto frac = [&](double ms) { return bytes / (ms * 1e-3) / copy.bytes_per_s; };
-      nlohmann::json row = {{"model", s.model},
-                            {"projection", s.name},
-                            {"N", s.N},
-                            {"K", s.K},
-                            {"verify_rows", T},
-                            {"stacked_rows", M},
-                            {"ours_us", ours_ms * 1e3},
-                            {"cublas_us", cublas_ms * 1e3},
-                            {"cublaslt_tuned_us", lt_ms * 1e3},
-                            {"ours_fraction_of_copy", frac(ours_ms)},
-                            {"cublas_fraction_of_copy", frac(cublas_ms)},
-                            {"cublaslt_fraction_of_copy", frac(lt_ms)},
-                            {"ours_over_cublaslt_speed", lt_ms / ours_ms},
-                            {"relative_l2_vs_cublaslt", std::sqrt(num / den)},
-                            {"plan",
-                             {{"tile_rows", plan.tile_rows}, {"splits", plan.splits}, {"x_rows", plan.x_rows}}}};
-      std::printf("%-26s %-8s T=%-3lld ours %8.1f us (%4.0f%% of copy; splits %d)  cuBLAS %8.1f (%4.0f%%)  "
-                  "cuBLASLt %8.1f (%4.0f%%)  rel L2 %.1e\n",
-                  s.model, s.name, static_cast<long long>(T), ours_ms * 1e3, 100 * frac(ours_ms), plan.splits, cublas_ms * 1e3, 100 * frac(cublas_ms), lt_ms * 1e3, 100 * frac(lt_ms),
-                  std::sqrt(num / den));
+      nlohmann::json row = {
+          {"model", s.model},
+          {"projection", s.name},
+          {"N", s.N},
+          {"K", s.K},
+          {"verify_rows", T},
+          {"stacked_rows", M},
+          {"ours_us", ours_ms * 1e3},
+          {"cublas_us", cublas_ms * 1e3},
+          {"cublaslt_tuned_us", lt_ms * 1e3},
+          {"ours_fraction_of_copy", frac(ours_ms)},
+          {"cublas_fraction_of_copy", frac(cublas_ms)},
+          {"cublaslt_fraction_of_copy", frac(lt_ms)},
+          {"ours_over_cublaslt_speed", lt_ms / ours_ms},
+          {"relative_l2_vs_cublaslt", std::sqrt(num / den)},
+          {"plan", {{"tile_rows", plan.tile_rows}, {"splits", plan.splits}, {"x_rows", plan.x_rows}}}};
+      std::printf(
+          "%-26s %-8s T=%-3lld ours %8.1f us (%4.0f%% of copy; splits %d)  cuBLAS %8.1f (%4.0f%%)  "
+          "cuBLASLt %8.1f (%4.0f%%)  rel L2 %.1e\n",
+          s.model, s.name, static_cast<long long>(T), ours_ms * 1e3, 100 * frac(ours_ms), plan.splits, cublas_ms * 1e3,
+          100 * frac(cublas_ms), lt_ms * 1e3, 100 * frac(lt_ms), std::sqrt(num / den));
       if (sweep) {
         nlohmann::json plans = nlohmann::json::array();
         for (int splits = 1; splits <= 8; ++splits) {
@@ -207,8 +213,11 @@ int main(int argc, char** argv) {
   nlohmann::json out = {
       {"bench", "verify_gemm"},
       {"date", bench::utc_now()},
-      {"device", {{"name", dev.name}, {"sm", std::to_string(dev.sm_major) + std::to_string(dev.sm_minor)},
-                  {"driver", bench::nvidia_driver()}, {"runtime_version", dev.runtime_version}}},
+      {"device",
+       {{"name", dev.name},
+        {"sm", std::to_string(dev.sm_major) + std::to_string(dev.sm_minor)},
+        {"driver", bench::nvidia_driver()},
+        {"runtime_version", dev.runtime_version}}},
       {"host", bench::host_info()},
       {"commit", commit},
       {"command", bench::command_line(argc, argv)},

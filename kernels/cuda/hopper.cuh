@@ -7,7 +7,9 @@
 //
 // Shared-memory operands are 128B-swizzled K-major tiles (see tree_attention_wgmma.cuh's header
 // for the layout): 8-row groups 1024 B apart (SBO), a 16-element k step 32 B along the row.
-#include <cuda.h>  // CUtensorMap
+#include <cuda.h>          // CUtensorMap
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
+#include <cuda_runtime.h>
 
 #include <cstdint>
 
@@ -145,5 +147,29 @@ __device__ __forceinline__ void set_max_regs_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
 }
 
+// A 2D bf16 tensor map (host side): `inner` elements a row, `rows` rows `row_bytes` apart, boxes
+// of box_inner x box_rows written 128B-swizzled (the wgmma tiles' layout; box_inner x 2 <= 128),
+// L2 promotion of 256 B; loads outside the extent read zeros. cuTensorMapEncodeTiled comes
+// through the runtime's driver entry point, so nothing links libcuda. False if it cannot.
+inline bool encode_bf16_map(CUtensorMap* map, const void* base, uint64_t inner, uint64_t rows, uint64_t row_bytes,
+                            uint32_t box_inner, uint32_t box_rows) {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      fn = nullptr;
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  if (!encode) return false;
+  const cuuint64_t dims[2] = {inner, rows};
+  const cuuint64_t strides[1] = {row_bytes};
+  const cuuint32_t box[2] = {box_inner, box_rows};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box, elem_strides,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
 
 }  // namespace specula::cuda::hopper

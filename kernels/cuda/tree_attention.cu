@@ -9,8 +9,7 @@
 // the warp-specialized wgmma kernels of tree_attention_ws.cuh (Choice below has the tiers).
 // Hand-written rather than CUTLASS/FlashInfer: neither is a Debian package, and the tree mask plus
 // per-node block membership is not an option of theirs.
-#include <cuda.h>          // CUtensorMap (the wgmma tier's producer/consumer variant)
-#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
+#include <cuda.h>  // CUtensorMap (the wgmma tier's producer/consumer variant)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -679,23 +678,7 @@ Plan make_plan(const TreeQueries& tq, int kv_heads, int groups, int group_size, 
 // size), so the row extent is 2^31: rows past the pool are never addressed (the block table holds
 // only pool blocks), and the absent-block loads at row -B fall wholly outside, which reads zeros.
 bool encode_kv_map(CUtensorMap* map, const void* base) {
-  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
-            cudaSuccess ||
-        found != cudaDriverEntryPointSuccess)
-      fn = nullptr;
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }();
-  if (!encode) return false;
-  const cuuint64_t dims[2] = {cuuint64_t(D), cuuint64_t(1) << 31};
-  const cuuint64_t strides[1] = {cuuint64_t(D) * sizeof(__nv_bfloat16)};
-  const cuuint32_t box[2] = {64, cuuint32_t(B)};
-  const cuuint32_t elem_strides[2] = {1, 1};
-  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box, elem_strides,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  return hopper::encode_bf16_map(map, base, D, uint64_t(1) << 31, D * sizeof(__nv_bfloat16), 64, B);
 }
 
 bool check_queries(const PagedKv& kv, const TreeQueries& tq, std::string* error) {

@@ -16,11 +16,8 @@
 // partial tile into its own (now idle) ring memory, the cluster syncs, and CTA q sums X rows
 // q, q + S, ... of all S partials in rank order 0..S-1 (distributed shared memory), so the bits do
 // not depend on which CTA finishes first.
-#include "kernels/cuda/verify_gemm.h"
-
 #include <cooperative_groups.h>
 #include <cuda.h>
-#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -31,6 +28,7 @@
 
 #include "kernels/cuda/hopper.cuh"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/verify_gemm.h"
 
 namespace specula::cuda {
 namespace {
@@ -38,11 +36,11 @@ namespace {
 namespace cg = cooperative_groups;
 using namespace hopper;
 
-constexpr int kBK = 64;                       // K a stage: one 128-byte swizzled row of bf16
-constexpr int kConsumers = 2;                 // consumer warpgroups
+constexpr int kBK = 64;        // K a stage: one 128-byte swizzled row of bf16
+constexpr int kConsumers = 2;  // consumer warpgroups
 constexpr int kThreads = (kConsumers + 1) * 128;
 constexpr int kProducerRegs = 40;
-constexpr int kMaxSplits = 8;                 // the portable cluster size
+constexpr int kMaxSplits = 8;  // the portable cluster size
 
 // NT: X rows of the MMA (64 or 128). One CTA an SM: a 2-CTAs-an-SM variant (half the ring
 // each, 96 registers a consumer) was slower at every shape but SmolLM2's lm_head
@@ -91,7 +89,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int steps = int(int64_t(split + 1) * a.k_steps / splits) - step0;
   if (threadIdx.x == 0) {
     for (int s = 0; s < T::kStages; ++s) {
-      mbar_init(&full[s], 1);                   // the producer's arrival with the stage's bytes
+      mbar_init(&full[s], 1);                  // the producer's arrival with the stage's bytes
       mbar_init(&empty[s], kConsumers * 128);  // every consumer thread
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -203,23 +201,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 // W (N, K) or X (M, K) as a 2D tensor map: K elements x rows, box 64 x box_rows, 128B swizzle
 // (the wgmma tiles' layout); rows past `rows` read as zeros.
 bool encode_rows_map(CUtensorMap* map, const void* base, int64_t rows, int64_t K, int box_rows) {
-  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
-            cudaSuccess ||
-        found != cudaDriverEntryPointSuccess)
-      fn = nullptr;
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }();
-  if (!encode) return false;
-  const cuuint64_t dims[2] = {cuuint64_t(K), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(K) * 2};
-  const cuuint32_t box[2] = {kBK, cuuint32_t(box_rows)};
-  const cuuint32_t elem_strides[2] = {1, 1};
-  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box, elem_strides,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  return encode_bf16_map(map, base, uint64_t(K), uint64_t(rows), uint64_t(K) * 2, kBK, uint32_t(box_rows));
 }
 
 struct DeviceFacts {
@@ -310,8 +292,8 @@ int resident_ctas(int splits) {
   int ctas = 0;
   if (splits == 1) {
     int per_sm = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, verify_gemm_kernel<NT>, kThreads,
-                                                      Tile<NT>::kSmem) == cudaSuccess)
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, verify_gemm_kernel<NT>, kThreads, Tile<NT>::kSmem) ==
+        cudaSuccess)
       ctas = per_sm * device_facts().sms;
   } else {
     // One column of tiles is enough for the query: it counts clusters, not the grid.

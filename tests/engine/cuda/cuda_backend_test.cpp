@@ -291,8 +291,8 @@ void CudaBackendTest::expect_wide_tree_verify_matches_cpu(int T) {
   ASSERT_TRUE((*cs)->forward({&tok, 1}, {&p, 1}, nullptr, lc, LogitRows::Last));
   ASSERT_TRUE((*gs)->forward({&tok, 1}, {&p, 1}, nullptr, lg, LogitRows::Last));
   const double after = rel_l2(lg, lc);
-  std::printf("%d-row tree verify: rel L2 %.2e all rows, %.2e last row, %.2e the decode step after a commit\n", T,
-              all, last, after);
+  std::printf("%d-row tree verify: rel L2 %.2e all rows, %.2e last row, %.2e the decode step after a commit\n", T, all,
+              last, after);
   EXPECT_LT(all, 1e-2);
   EXPECT_LT(last, 1e-2);
   EXPECT_LT(after, 1e-2);
