@@ -185,7 +185,11 @@ int main(int argc, char** argv) {
           {"cublaslt_fraction_of_copy", frac(lt_ms)},
           {"ours_over_cublaslt_speed", lt_ms / ours_ms},
           {"relative_l2_vs_cublaslt", std::sqrt(num / den)},
-          {"plan", {{"tile_rows", plan.tile_rows}, {"splits", plan.splits}, {"x_rows", plan.x_rows}}}};
+          {"plan",
+           {{"tile_rows", plan.tile_rows},
+            {"splits", plan.splits},
+            {"x_rows", plan.x_rows},
+            {"row_blocks", plan.row_blocks}}}};
       std::printf(
           "%-26s %-8s T=%-3lld ours %8.1f us (%4.0f%% of copy; splits %d)  cuBLAS %8.1f (%4.0f%%)  "
           "cuBLASLt %8.1f (%4.0f%%)  rel L2 %.1e\n",
@@ -193,14 +197,21 @@ int main(int argc, char** argv) {
           100 * frac(cublas_ms), lt_ms * 1e3, 100 * frac(lt_ms), std::sqrt(num / den));
       if (sweep) {
         nlohmann::json plans = nlohmann::json::array();
-        for (int splits = 1; splits <= 8; ++splits) {
-          cuda::set_verify_gemm_splits(splits);
-          if (cuda::verify_gemm_plan(s.N, s.K, M).splits != splits) continue;
-          const double ms = time_ms([&] { cuda::verify_gemm(w, s.N, s.K, x, M, y, s.N, stream); });
-          plans.push_back({{"splits", splits}, {"us", ms * 1e3}});
-          std::printf("    splits %d: %8.1f us (%4.0f%%)\n", splits, ms * 1e3, 100 * frac(ms));
+        for (const int row_blocks : {1, 2}) {
+          if (row_blocks == 2 && M <= 64) continue;
+          cuda::set_verify_gemm_row_blocks(row_blocks);
+          for (int splits = 1; splits <= 8; ++splits) {
+            cuda::set_verify_gemm_splits(splits);
+            const cuda::VerifyGemmPlan forced = cuda::verify_gemm_plan(s.N, s.K, M);
+            if (forced.splits != splits) continue;
+            const double ms = time_ms([&] { cuda::verify_gemm(w, s.N, s.K, x, M, y, s.N, stream); });
+            plans.push_back({{"splits", splits}, {"row_blocks", forced.row_blocks}, {"us", ms * 1e3}});
+            std::printf("    row blocks %d, splits %d: %8.1f us (%4.0f%%)\n", forced.row_blocks, splits, ms * 1e3,
+                        100 * frac(ms));
+          }
         }
         cuda::set_verify_gemm_splits(0);
+        cuda::set_verify_gemm_row_blocks(0);
         row["forced_plans"] = plans;
       }
       results.push_back(row);

@@ -84,6 +84,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* empty = full + T::kStages;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wgi = warp / 4;
   const int n0 = blockIdx.x * T::kRows, split = blockIdx.y, splits = gridDim.y;
+  const int x0 = blockIdx.z * NT, m = min(a.m - x0, NT);  // this CTA's X rows (blockIdx.z: row blocks)
   // Split `split` of S takes steps [split·k/S, (split+1)·k/S): none empty while S <= k.
   const int step0 = int(int64_t(split) * a.k_steps / splits);
   const int steps = int(int64_t(split + 1) * a.k_steps / splits) - step0;
@@ -106,13 +107,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         tma_load(w_at(i), &w_map, (step0 + i) * kBK, n0, &full[i]);
       }
       pdl_wait();  // X is the kernel before's output
-      for (int i = 0; i < pre; ++i) tma_load(w_at(i) + T::kWBytes, &x_map, (step0 + i) * kBK, 0, &full[i]);
+      for (int i = 0; i < pre; ++i) tma_load(w_at(i) + T::kWBytes, &x_map, (step0 + i) * kBK, x0, &full[i]);
       for (int i = pre; i < steps; ++i) {
         const int s = i % T::kStages;
         mbar_wait(&empty[s], (i / T::kStages - 1) & 1);
         mbar_arrive_expect_tx(&full[s], T::kStageBytes);
         tma_load(w_at(s), &w_map, (step0 + i) * kBK, n0, &full[s]);
-        tma_load(w_at(s) + T::kWBytes, &x_map, (step0 + i) * kBK, 0, &full[s]);
+        tma_load(w_at(s) + T::kWBytes, &x_map, (step0 + i) * kBK, x0, &full[s]);
       }
     }
     pdl_trigger();
@@ -173,7 +174,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   else
     asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumers * 128) : "memory");
   constexpr int kQuads = T::kRows / 4;
-  const int mine = a.m > split ? (min(a.m, NT) - split + splits - 1) / splits : 0;
+  const int mine = m > split ? (m - split + splits - 1) / splits : 0;
   for (int idx = threadIdx.x; idx < mine * kQuads; idx += kConsumers * 128) {
     const int row = split + idx / kQuads * splits, col = idx % kQuads * 4, off = row * kStride + col;
     float4 sum = *reinterpret_cast<const float4*>((splits > 1 ? cluster.map_shared_rank(part, 0) : part) + off);
@@ -185,7 +186,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       sum.w += v.w;
     }
     const int n = n0 + col;
-    float* dst = a.y + int64_t(row) * a.ldy + n;
+    float* dst = a.y + int64_t(x0 + row) * a.ldy + n;
     if (a.vector_rows && n + 3 < a.n) {
       *reinterpret_cast<float4*>(dst) = sum;
     } else {
@@ -247,7 +248,7 @@ bool weight_map(CUtensorMap* map, const uint16_t* W, int64_t N, int64_t K, int b
 struct Launch {
   cudaLaunchAttribute attrs[2] = {};
   cudaLaunchConfig_t config{};
-  Launch(int tiles, int splits, size_t smem, cudaStream_t stream) {
+  Launch(int tiles, int splits, int row_blocks, size_t smem, cudaStream_t stream) {
     int n = 0;
     if (splits > 1) {
       attrs[n].id = cudaLaunchAttributeClusterDimension;
@@ -261,7 +262,7 @@ struct Launch {
       attrs[n].val.programmaticStreamSerializationAllowed = 1;
       ++n;
     }
-    config.gridDim = dim3(unsigned(tiles), unsigned(splits));
+    config.gridDim = dim3(unsigned(tiles), unsigned(splits), unsigned(row_blocks));
     config.blockDim = dim3(kThreads);
     config.dynamicSmemBytes = smem;
     config.stream = stream;
@@ -297,7 +298,7 @@ int resident_ctas(int splits) {
       ctas = per_sm * device_facts().sms;
   } else {
     // One column of tiles is enough for the query: it counts clusters, not the grid.
-    Launch l(1, splits, Tile<NT>::kSmem, nullptr);
+    Launch l(1, splits, 1, Tile<NT>::kSmem, nullptr);
     int clusters = 0;
     if (cudaOccupancyMaxActiveClusters(&clusters, verify_gemm_kernel<NT>, &l.config) == cudaSuccess)
       ctas = clusters * splits;
@@ -308,28 +309,36 @@ int resident_ctas(int splits) {
 }
 
 template <int NT>
-bool launch(const CUtensorMap& w_map, const CUtensorMap& x_map, const Args& a, int tiles, int splits,
+bool launch(const CUtensorMap& w_map, const CUtensorMap& x_map, const Args& a, int tiles, int splits, int row_blocks,
             cudaStream_t stream) {
   if (!sized<NT>()) return false;
-  Launch l(tiles, splits, Tile<NT>::kSmem, stream);
+  Launch l(tiles, splits, row_blocks, Tile<NT>::kSmem, stream);
   return cudaLaunchKernelEx(&l.config, verify_gemm_kernel<NT>, w_map, x_map, a) == cudaSuccess;
 }
 
 int resident(int nt, int splits) { return nt == 64 ? resident_ctas<64>(splits) : resident_ctas<128>(splits); }
 
-int g_splits = 0;
+int g_splits = 0, g_row_blocks = 0;
+
+// Weights up to this many bytes stay in L2 (50 MB on the H100 and H200) between the passes of
+// row blocks over them, so a second pass costs no DRAM bytes.
+constexpr int64_t kRowBlocksMaxWeightBytes = int64_t{16} << 20;
 
 }  // namespace
 
 void set_verify_gemm_splits(int splits) { g_splits = splits; }
+void set_verify_gemm_row_blocks(int mode) { g_row_blocks = mode; }
 
 // The plan: K split as many ways (at most 8, at least 2 steps a split) as keep the grid in one
 // wave of resident clusters: a projection of few tiles otherwise runs on few SMs, each streaming
 // its tile's K serially (a split count whose clusters need a second wave ran 1.5-2.5x slower,
-// bench/results/verify_gemm_sweep_s18_*).
+// bench/results/verify_gemm_sweep_s18_*). Past 64 X rows, weights that stay in L2 take the
+// 64-row MMA in blocks of 64 rows (grid z) instead of the 128-row one, which was slower on
+// SmolLM2's products by 1.3-1.6 us (verify_gemm_sweep_s18c_*).
 VerifyGemmPlan verify_gemm_plan(int64_t N, int64_t K, int64_t M) {
-  const int nt = M <= 64 ? 64 : 128;
-  const int64_t k_steps = (K + kBK - 1) / kBK, tiles = (N + 127) / 128;
+  const bool blocks = M > 64 && (g_row_blocks == 2 || (g_row_blocks == 0 && N * K * 2 <= kRowBlocksMaxWeightBytes));
+  const int nt = M <= 64 || blocks ? 64 : 128, row_blocks = int((M + nt - 1) / nt);
+  const int64_t k_steps = (K + kBK - 1) / kBK, tiles = (N + 127) / 128 * row_blocks;
   int splits = 1;
   if (g_splits) {
     splits = int(std::min<int64_t>(g_splits, k_steps));
@@ -342,7 +351,7 @@ VerifyGemmPlan verify_gemm_plan(int64_t N, int64_t K, int64_t M) {
       }
     }
   }
-  return {128, splits, nt};
+  return {128, splits, nt, row_blocks};
 }
 
 bool verify_gemm(const uint16_t* W, int64_t N, int64_t K, const uint16_t* X, int64_t M, float* Y, int64_t ldy,
@@ -362,8 +371,8 @@ bool verify_gemm(const uint16_t* W, int64_t N, int64_t K, const uint16_t* X, int
   a.k_steps = int((K + kBK - 1) / kBK);
   a.vector_rows = ldy % 4 == 0 && reinterpret_cast<uintptr_t>(Y) % 16 == 0;
   const int tiles = int((N + p.tile_rows - 1) / p.tile_rows);
-  return p.x_rows == 64 ? launch<64>(w_map, x_map, a, tiles, p.splits, stream)
-                        : launch<128>(w_map, x_map, a, tiles, p.splits, stream);
+  return p.x_rows == 64 ? launch<64>(w_map, x_map, a, tiles, p.splits, p.row_blocks, stream)
+                        : launch<128>(w_map, x_map, a, tiles, p.splits, p.row_blocks, stream);
 }
 
 }  // namespace specula::cuda

@@ -33,17 +33,22 @@ inline constexpr int64_t kVerifyGemmMaxRows = 128;
 bool verify_gemm(const uint16_t* W, int64_t N, int64_t K, const uint16_t* X, int64_t M, float* Y, int64_t ldy,
                  cudaStream_t stream);
 
-// The plan verify_gemm picks for a shape: W rows a CTA (128), K splits (cluster size, 1-8) and
-// the MMA's N (64 or 128 X rows).
+// The plan verify_gemm picks for a shape: W rows a CTA (128), K splits (cluster size, 1-8), the
+// MMA's N (64 or 128 X rows) and the blocks of X rows (grid z; 2 where 65-128 rows take the
+// 64-row MMA twice).
 struct VerifyGemmPlan {
   int tile_rows = 0;
   int splits = 0;
   int x_rows = 0;
+  int row_blocks = 0;
 };
 VerifyGemmPlan verify_gemm_plan(int64_t N, int64_t K, int64_t M);
 
 // Forces the K splits (0 = by shape, else 1-8; at most K's 64-wide steps, 1 where the device
 // cannot hold such a cluster). For tests and benchmarks; not thread-safe.
 void set_verify_gemm_splits(int splits);
+// Past 64 X rows: 0 = row blocks of 64 for weights that stay in L2, else one 128-row MMA; 1 =
+// never row blocks; 2 = always. For tests and benchmarks; not thread-safe.
+void set_verify_gemm_row_blocks(int mode);
 
 }  // namespace specula::cuda

@@ -1,6 +1,6 @@
 // kernels/cuda/verify_gemm (bf16 X and W on wgmma, f32 out) against a double-precision CPU
 // product over the same bf16 values, on random inputs drawn fresh every run, for every plan the
-// kernel has (K split 1-8 over a cluster, 64 or 128 X rows an MMA).
+// kernel has (K split 1-8 over a cluster, 64 or 128 X rows an MMA, X rows in blocks of 64).
 #include "kernels/cuda/verify_gemm.h"
 
 #include <cuda_bf16.h>
@@ -56,7 +56,9 @@ void expect_plans_match_double(VerifyGemmTest& test, const Case& c) {
         for (int64_t k = 0; k < c.K; ++k) acc += w.values[n * c.K + k] * x.values[r * c.K + k];
         ref[r * c.N + n] = acc;
       }
-    {
+    for (const int row_blocks : {0, 1, 2}) {
+      if (row_blocks != 0 && M <= 64) continue;  // only past 64 rows is there a choice
+      set_verify_gemm_row_blocks(row_blocks);
       for (const int splits : {0, 1, 3, 8}) {
         set_verify_gemm_splits(splits);
         const VerifyGemmPlan plan = verify_gemm_plan(c.N, c.K, M);
@@ -77,7 +79,8 @@ void expect_plans_match_double(VerifyGemmTest& test, const Case& c) {
           for (int64_t n = c.N; n < c.ldy; ++n) untouched_lost += y[r * c.ldy + n] != kUntouched;
         }
         const auto where = ::testing::Message() << "N " << c.N << " K " << c.K << " M " << M << " splits "
-                                                << plan.splits << " x_rows " << plan.x_rows;
+                                                << plan.splits << " x_rows " << plan.x_rows
+                                                << " row blocks " << plan.row_blocks;
         // bf16 products are exact in f32; f32 sums of ~K terms of size ~0.05: far under 1e-5.
         EXPECT_LT(std::sqrt(num / den), 1e-5) << where;
         EXPECT_LT(worst, 1e-3) << where;
@@ -91,6 +94,7 @@ void expect_plans_match_double(VerifyGemmTest& test, const Case& c) {
     cudaFree(dx);
   }
   set_verify_gemm_splits(0);
+  set_verify_gemm_row_blocks(0);
   cudaFree(dw);
   cudaFree(dy);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
@@ -108,11 +112,11 @@ TEST_F(VerifyGemmTest, EveryPlanMatchesDoubleReference) {
   expect_plans_match_double(*this, {4096, 4096, 4096, {120}, 61});
 }
 
-// One small shape with and without a K split: quick enough for compute-sanitizer's memcheck and
+// One small shape with and without a K split, 40 and 100 rows (one MMA, or row blocks): quick enough for compute-sanitizer's memcheck and
 // racecheck (the ring's mbarrier hand-offs, the split's partial tiles in shared memory).
 TEST_F(VerifyGemmTest, SmallShapeForTheSanitizers) {
   if (!hopper()) GTEST_SKIP() << "skipped: verify_gemm needs sm_90";
-  expect_plans_match_double(*this, {200, 640, 200, {40}, 1});
+  expect_plans_match_double(*this, {200, 640, 200, {40, 100}, 1});
 }
 
 TEST_F(VerifyGemmTest, RefusesWhatItCannotRun) {
