@@ -43,10 +43,10 @@ struct CudaBackendOptions {
   // prompt could disagree; it gained 1-3% on Llama-8B's verify GEMMs
   // (bench/results/gpu_verify_rows_s9_h100_2026-11-24.json). bench_cuda_decode --cublaslt.
   bool cublaslt_tuned = false;
-  // The stacked split-halves GEMMs of 17..32 rows of small matrices (SmolLM2's projections) on
+  // The stacked split-halves GEMMs of 17..48 rows of small matrices (SmolLM2's projections) on
   // our wgmma kernel (kernels/cuda/verify_gemm.h) where the device runs it (sm_90), instead of
-  // cublasGemmEx: a 17-row verify of SmolLM2 0.942 -> 0.863 ms (Impl::kVerifyGemmRows says
-  // where it pays). Off: cuBLAS (A/B timing; bench_cuda_decode --verify-gemm).
+  // cublasGemmEx: a 17-row verify of SmolLM2 0.95 -> 0.87 ms (Impl::kVerifyGemmRows says where
+  // it pays). Off: cuBLAS (A/B timing; bench_cuda_decode --verify-gemm).
   bool verify_gemm = true;
 };
 

@@ -296,14 +296,16 @@ struct CudaBackend::Impl {
   // cuBLAS, gpu_verify_routes_s9_h100_2026-11-24.json: the price of exactness), large ones to 8
   // (Llama-8B's: 6.62 against 6.36 ms at 2 rows); past them cuBLAS's stacked halves.
   static constexpr int64_t kExactVerifyRowsSmall = 16;
-  // Up to this many rows, small matrices' stacked products take kernels/cuda/verify_gemm.h (64 X
-  // rows an MMA) instead of cublasGemmEx: SmolLM2's 17- and 25-row verifies 0.942 -> 0.863 and
-  // 0.953 -> 0.914-0.919 ms. From 33 rows (its 128-row MMA) it lost: 33 / 45 / 61 rows 8-16%
-  // slower (bench/results/verify_gemm_e2e_s18_h200_2026-12-02.json). Alone, its graph-timed
-  // products are 0.4-1.1 us slower than cuBLAS's at these shapes (verify_gemm_sweep_s18c_*); in
-  // the verify it starts under programmatic launch and streams its weights before the kernel
-  // ahead of it ends, which cuBLAS does not.
-  static constexpr int64_t kVerifyGemmRows = 32;
+  // Up to this many rows, small matrices' stacked products take kernels/cuda/verify_gemm.h instead
+  // of cublasGemmEx. SmolLM2's verifies (forward_greedy, ms, cuBLAS -> ours, interleaved rounds):
+  // 17 rows 0.950-0.958 -> 0.865-0.891 and 25 rows 0.958-0.966 -> 0.913-0.941 on the real model
+  // (verify_gemm_e2e_s18_h200_2026-12-02.json); with 65-96 stacked rows in two 64-row blocks, 33
+  // rows 1.006-1.008 -> 0.958-0.976 and 45 rows 1.024-1.030 -> 0.987-0.997, but 61 rows
+  // 1.047-1.064 -> 1.072-1.077 (synthetic SmolLM2, same file): the route stops at 48 (46-48 not
+  // measured). Alone its graph-timed products are 0.3-1.3 us slower than cuBLAS's at these shapes
+  // (verify_gemm_sweep_s18d_*); in the verify it starts under programmatic launch and streams its
+  // weights before the kernel ahead of it ends, which cuBLAS does not (with --pdl false it lost).
+  static constexpr int64_t kVerifyGemmRows = 48;
   static constexpr int64_t kExactVerifyRowsLarge = 8;
 
   // GEMMs (cuda_gemm.cpp).

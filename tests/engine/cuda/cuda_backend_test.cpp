@@ -249,9 +249,10 @@ TEST_F(CudaBackendTest, TreeMaskedForwardAndCommitMatchCpu) {
 }
 
 // A verify of a wide tree (24 and 40 rows: every projection on the stacked split halves, and the
-// row ops between the GEMMs fused, CudaSession::enqueue_forward's split_ops; at 24 rows the
-// products run on kernels/cuda/verify_gemm where the GPU is an sm_90, at 40 on cuBLAS) against
-// the CPU, all rows' logits and the last row's alone, then a commit of one path and a decode step.
+// row ops between the GEMMs fused, CudaSession::enqueue_forward's split_ops; the products run on
+// kernels/cuda/verify_gemm where the GPU is an sm_90, at 40 rows in two blocks of 64 stacked rows)
+// against the CPU, all rows' logits and the last row's alone, then a commit of one path and a
+// decode step.
 TEST_F(CudaBackendTest, WideTreeVerifyMatchesCpu) {
   for (const int T : {24, 40}) expect_wide_tree_verify_matches_cpu(T);
 }
