@@ -15,9 +15,9 @@
 // ring of weights is in flight before the kernel ahead of it has finished.
 // Where it stands (H200, bench/results/verify_gemm_sweep_s18c_*, GPU time through CUDA graphs):
 // on Llama-8B's projections the better of cublasGemmEx and cuBLASLt is up to 24% faster (ours
-// 64-89% of copy; on par on the lm_head at 97-98%); alone, SmolLM2's small products are 0.4-1.1 us slower than cuBLAS's
-// 3-4.4 us, but in the verify the early weight stream pays: the CUDA backend takes it for SmolLM2's 17-32-row verifies
-// only (CudaBackend's kVerifyGemmRows).
+// 64-89% of copy; on par on the lm_head at 97-98%); alone, SmolLM2's small products are
+// 0.3-1.3 us slower than cuBLAS's 3-4.4 us, but in the verify the early weight stream pays: the
+// CUDA backend takes it for SmolLM2's 17-48-row verifies only (CudaBackend's kVerifyGemmRows).
 #include <cstdint>
 
 typedef struct CUstream_st* cudaStream_t;
