@@ -170,26 +170,25 @@ int main(int argc, char** argv) {
       const cuda::VerifyGemmPlan plan = cuda::verify_gemm_plan(s.N, s.K, M);
       const double bytes = double(s.N * s.K * 2 + M * s.K * 2 + M * s.N * 4);
       auto frac = [&](double ms) { return bytes / (ms * 1e-3) / copy.bytes_per_s; };
-      nlohmann::json row = {
-          {"model", s.model},
-          {"projection", s.name},
-          {"N", s.N},
-          {"K", s.K},
-          {"verify_rows", T},
-          {"stacked_rows", M},
-          {"ours_us", ours_ms * 1e3},
-          {"cublas_us", cublas_ms * 1e3},
-          {"cublaslt_tuned_us", lt_ms * 1e3},
-          {"ours_fraction_of_copy", frac(ours_ms)},
-          {"cublas_fraction_of_copy", frac(cublas_ms)},
-          {"cublaslt_fraction_of_copy", frac(lt_ms)},
-          {"ours_over_cublaslt_speed", lt_ms / ours_ms},
-          {"relative_l2_vs_cublaslt", std::sqrt(num / den)},
-          {"plan",
-           {{"tile_rows", plan.tile_rows},
-            {"splits", plan.splits},
-            {"x_rows", plan.x_rows},
-            {"row_blocks", plan.row_blocks}}}};
+      nlohmann::json row = {{"model", s.model},
+                            {"projection", s.name},
+                            {"N", s.N},
+                            {"K", s.K},
+                            {"verify_rows", T},
+                            {"stacked_rows", M},
+                            {"ours_us", ours_ms * 1e3},
+                            {"cublas_us", cublas_ms * 1e3},
+                            {"cublaslt_tuned_us", lt_ms * 1e3},
+                            {"ours_fraction_of_copy", frac(ours_ms)},
+                            {"cublas_fraction_of_copy", frac(cublas_ms)},
+                            {"cublaslt_fraction_of_copy", frac(lt_ms)},
+                            {"ours_over_cublaslt_speed", lt_ms / ours_ms},
+                            {"relative_l2_vs_cublaslt", std::sqrt(num / den)},
+                            {"plan",
+                             {{"tile_rows", plan.tile_rows},
+                              {"splits", plan.splits},
+                              {"x_rows", plan.x_rows},
+                              {"row_blocks", plan.row_blocks}}}};
       std::printf(
           "%-26s %-8s T=%-3lld ours %8.1f us (%4.0f%% of copy; splits %d)  cuBLAS %8.1f (%4.0f%%)  "
           "cuBLASLt %8.1f (%4.0f%%)  rel L2 %.1e\n",

@@ -2,8 +2,9 @@
 // (FlashAttention-3's / tree_attention_ws.cuh's split, setmaxnreg moving registers to the
 // consumers), over one tile of W rows and one range of K:
 //   - the producer's first lane fills a ring of stages with TMA: the stage's 64-wide K slice of
-//     the W tile ([tile rows][64] bf16, 128B-swizzled, rows past N read as zeros) and of all X
-//     rows ([x_rows][64], rows past M zeros), completing on the slot's `full` mbarrier; the W
+//     the W tile ([tile rows][64] bf16, 128B-swizzled, rows past N read as zeros) and of the
+//     CTA's block of X rows ([x_rows][64], rows past M zeros; blockIdx.z picks the block when
+//     65-128 rows run as two of 64), completing on the slot's `full` mbarrier; the W
 //     slices of the first ring's worth are issued before the programmatic-launch wait (weights are
 //     never written), X's after it;
 //   - consumer warpgroup c owns W rows [64c, 64c + 64) of the tile: per stage 4 k16 steps of

@@ -78,9 +78,9 @@ void expect_plans_match_double(VerifyGemmTest& test, const Case& c) {
           }
           for (int64_t n = c.N; n < c.ldy; ++n) untouched_lost += y[r * c.ldy + n] != kUntouched;
         }
-        const auto where = ::testing::Message() << "N " << c.N << " K " << c.K << " M " << M << " splits "
-                                                << plan.splits << " x_rows " << plan.x_rows
-                                                << " row blocks " << plan.row_blocks;
+        const auto where = ::testing::Message()
+                           << "N " << c.N << " K " << c.K << " M " << M << " splits " << plan.splits << " x_rows "
+                           << plan.x_rows << " row blocks " << plan.row_blocks;
         // bf16 products are exact in f32; f32 sums of ~K terms of size ~0.05: far under 1e-5.
         EXPECT_LT(std::sqrt(num / den), 1e-5) << where;
         EXPECT_LT(worst, 1e-3) << where;
@@ -112,8 +112,9 @@ TEST_F(VerifyGemmTest, EveryPlanMatchesDoubleReference) {
   expect_plans_match_double(*this, {4096, 4096, 4096, {120}, 61});
 }
 
-// One small shape with and without a K split, 40 and 100 rows (one MMA, or row blocks): quick enough for compute-sanitizer's memcheck and
-// racecheck (the ring's mbarrier hand-offs, the split's partial tiles in shared memory).
+// One small shape with and without a K split, 40 and 100 rows (one MMA, or row blocks): quick enough for
+// compute-sanitizer's memcheck and racecheck (the ring's mbarrier hand-offs, the split's partial tiles in shared
+// memory).
 TEST_F(VerifyGemmTest, SmallShapeForTheSanitizers) {
   if (!hopper()) GTEST_SKIP() << "skipped: verify_gemm needs sm_90";
   expect_plans_match_double(*this, {200, 640, 200, {40, 100}, 1});
