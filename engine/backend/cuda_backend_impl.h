@@ -296,6 +296,7 @@ struct CudaBackend::Impl {
   // cuBLAS, gpu_verify_routes_s9_h100_2026-11-24.json: the price of exactness), large ones to 8
   // (Llama-8B's: 6.62 against 6.36 ms at 2 rows); past them cuBLAS's stacked halves.
   static constexpr int64_t kExactVerifyRowsSmall = 16;
+  static constexpr int64_t kExactVerifyRowsLarge = 8;
   // Up to this many rows, small matrices' stacked products take kernels/cuda/verify_gemm.h instead
   // of cublasGemmEx. SmolLM2's verifies (forward_greedy, ms, cuBLAS -> ours, interleaved rounds):
   // 17 rows 0.950-0.958 -> 0.865-0.891 and 25 rows 0.958-0.966 -> 0.913-0.941 on the real model
@@ -306,7 +307,6 @@ struct CudaBackend::Impl {
   // (verify_gemm_sweep_s18d_*); in the verify it starts under programmatic launch and streams its
   // weights before the kernel ahead of it ends, which cuBLAS does not (with --pdl false it lost).
   static constexpr int64_t kVerifyGemmRows = 48;
-  static constexpr int64_t kExactVerifyRowsLarge = 8;
 
   // GEMMs (cuda_gemm.cpp).
   GemmRoute route(int64_t N, int64_t K, int64_t T, bool head) const;

@@ -181,7 +181,8 @@ bool CudaBackend::Impl::stacked(int64_t N, int64_t K, int64_t T) const {
 }
 
 // y_split (2T, N) = [hi; lo] · Wᵀ: the halves of X, hi (T, K) bf16 at x_bf16 and lo right after
-// it, as 2T columns of one cuBLAS GEMM (the weights read once).
+// it, as 2T columns of one GEMM (the weights read once): ours (kernels/cuda/verify_gemm.h) or
+// cuBLAS's.
 Status CudaBackend::Impl::gemm_halves(const bf16_bits* W, int64_t N, int64_t K, int64_t T) {
   // Small matrices at up to kVerifyGemmRows rows on our wgmma kernel where it runs (it launches
   // nothing and returns false otherwise). A forced cuBLAS route (layer_route) keeps cuBLAS.
