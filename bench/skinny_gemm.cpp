@@ -2,13 +2,14 @@
 // f32 activations; kernels/cuda/skinny_gemm.h) against cuBLAS's bf16 GEMM on the same weights
 // (activations rounded to bf16 first, as the CUDA backend does for prefill), side by side in one
 // run, with the measured copy bandwidth as the ceiling. Bytes counted: the weights once, X and Y.
-// Shapes: SmolLM2-135M's fused projections and lm_head, and Llama-3.1-8B's (random weights:
-// timing only, and the output says so).
-#include <CLI/CLI.hpp>
+// Shapes: bench/projection_shapes.h (SmolLM2-135M's, Llama-3.1-8B's and OLMoE's; the large ones
+// on random weights: timing only, and the output says so).
+#include "kernels/cuda/skinny_gemm.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -16,17 +17,11 @@
 #include <vector>
 
 #include "bench/bench_info.h"
+#include "bench/projection_shapes.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/model_ops.h"
-#include "kernels/cuda/skinny_gemm.h"
 
 namespace {
-
-struct Shape {
-  const char* model;
-  const char* name;
-  int64_t N, K;
-};
 
 #define CHECK_CUDA(call)                                                                  \
   do {                                                                                    \
@@ -73,22 +68,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_skinny_gemm: %s\n", error.c_str());
     return 1;
   }
-  const std::vector<Shape> shapes = {
-      {"SmolLM2-135M", "qkv", 960, 576},
-      {"SmolLM2-135M", "gate_up", 3072, 576},
-      {"SmolLM2-135M", "down", 576, 1536},
-      {"SmolLM2-135M", "lm_head", 49152, 576},
-      {"llama-3.1-8b (synthetic)", "qkv", 6144, 4096},
-      {"llama-3.1-8b (synthetic)", "gate_up", 28672, 4096},
-      {"llama-3.1-8b (synthetic)", "down", 4096, 14336},
-      {"llama-3.1-8b (synthetic)", "lm_head", 128256, 4096},
-      // The attention side and router of a 2048-wide MoE model (OLMoE-1B-7B; Qwen1.5-MoE-A2.7B
-      // has the same qkv and o, 60 experts, and a 151936-row lm_head).
-      {"olmoe-1b-7b (synthetic)", "qkv", 6144, 2048},
-      {"olmoe-1b-7b (synthetic)", "o", 2048, 2048},
-      {"olmoe-1b-7b (synthetic)", "router", 64, 2048},
-      {"olmoe-1b-7b (synthetic)", "lm_head", 50304, 2048},
-  };
+  const auto& shapes = bench::projection_shapes();
   cublasHandle_t cublas;
   if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS) {
     std::fprintf(stderr, "bench_skinny_gemm: cublasCreate failed\n");

@@ -3,13 +3,14 @@
 // side by side in one run: cublasGemmEx's default algorithm and cuBLASLt with the best of its
 // heuristic's candidates timed (LtGemm, what the CUDA backend runs for large matrices), with the
 // measured copy bandwidth as the ceiling. Bytes counted: the weights once, X (2T·K bf16) and Y
-// (2T·N f32). Shapes: SmolLM2-135M's, Llama-3.1-8B's and OLMoE's attention side (random weights:
+// (2T·N f32). Shapes: bench/projection_shapes.h (the large ones on random weights:
 // timing only, and the output says so). --sweep also times every forced split count.
-#include <CLI/CLI.hpp>
+#include "kernels/cuda/verify_gemm.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -18,18 +19,12 @@
 #include <vector>
 
 #include "bench/bench_info.h"
+#include "bench/projection_shapes.h"
 #include "engine/backend/cuda_backend_impl.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/model_ops.h"
-#include "kernels/cuda/verify_gemm.h"
 
 namespace {
-
-struct Shape {
-  const char* model;
-  const char* name;
-  int64_t N, K;
-};
 
 #define CHECK_CUDA(call)                                                                  \
   do {                                                                                    \
@@ -72,19 +67,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_verify_gemm: %s\n", error.c_str());
     return 1;
   }
-  const std::vector<Shape> shapes = {
-      {"SmolLM2-135M", "qkv", 960, 576},
-      {"SmolLM2-135M", "gate_up", 3072, 576},
-      {"SmolLM2-135M", "down", 576, 1536},
-      {"SmolLM2-135M", "lm_head", 49152, 576},
-      {"llama-3.1-8b (synthetic)", "qkv", 6144, 4096},
-      {"llama-3.1-8b (synthetic)", "o", 4096, 4096},
-      {"llama-3.1-8b (synthetic)", "gate_up", 28672, 4096},
-      {"llama-3.1-8b (synthetic)", "down", 4096, 14336},
-      {"llama-3.1-8b (synthetic)", "lm_head", 128256, 4096},
-      {"olmoe-1b-7b (synthetic)", "qkv", 6144, 2048},
-      {"olmoe-1b-7b (synthetic)", "o", 2048, 2048},
-  };
+  const auto& shapes = bench::projection_shapes();
   cublasHandle_t cublas;
   if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS) {
     std::fprintf(stderr, "bench_verify_gemm: cublasCreate failed\n");
