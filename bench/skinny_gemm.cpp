@@ -4,12 +4,11 @@
 // run, with the measured copy bandwidth as the ceiling. Bytes counted: the weights once, X and Y.
 // Shapes: bench/projection_shapes.h (SmolLM2-135M's, Llama-3.1-8B's and OLMoE's; the large ones
 // on random weights: timing only, and the output says so).
-#include "kernels/cuda/skinny_gemm.h"
+#include <CLI/CLI.hpp>
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -20,6 +19,7 @@
 #include "bench/projection_shapes.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/model_ops.h"
+#include "kernels/cuda/skinny_gemm.h"
 
 namespace {
 

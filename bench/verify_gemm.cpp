@@ -5,12 +5,11 @@
 // measured copy bandwidth as the ceiling. Bytes counted: the weights once, X (2T·K bf16) and Y
 // (2T·N f32). Shapes: bench/projection_shapes.h (the large ones on random weights:
 // timing only, and the output says so). --sweep also times every forced split count.
-#include "kernels/cuda/verify_gemm.h"
+#include <CLI/CLI.hpp>
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -23,6 +22,7 @@
 #include "engine/backend/cuda_backend_impl.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/model_ops.h"
+#include "kernels/cuda/verify_gemm.h"
 
 namespace {
 
