@@ -2,7 +2,7 @@
 // f32 activations; kernels/cuda/skinny_gemm.h) against cuBLAS's bf16 GEMM on the same weights
 // (activations rounded to bf16 first, as the CUDA backend does for prefill), side by side in one
 // run, with the measured copy bandwidth as the ceiling. Bytes counted: the weights once, X and Y.
-// Shapes: bench/projection_shapes.h (SmolLM2-135M's, Llama-3.1-8B's and OLMoE's; the large ones
+// Shapes: bench/gemm_bench.h (SmolLM2-135M's, Llama-3.1-8B's and OLMoE's; the large ones
 // on random weights: timing only, and the output says so).
 #include <CLI/CLI.hpp>
 
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "bench/bench_info.h"
-#include "bench/projection_shapes.h"
+#include "bench/gemm_bench.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/model_ops.h"
 #include "kernels/cuda/skinny_gemm.h"
@@ -56,30 +56,13 @@ int main(int argc, char** argv) {
   using namespace specula;
   cuda::set_skinny_outputs_per_warp(outputs_per_warp);
   cuda::set_skinny_row_group(row_group);
-  if (cuda::device_count() == 0) {
-    std::fprintf(stderr, "bench_skinny_gemm: skipped: no GPU (%s)\n", cuda::no_device_reason().c_str());
-    return 0;
-  }
-  cuda::DeviceInfo dev;
-  cuda::device_info(0, &dev);
-  cuda::CopyBandwidth copy;
-  std::string error;
-  if (!cuda::measure_copy_bandwidth(1ull << 30, 20, &copy, &error)) {
-    std::fprintf(stderr, "bench_skinny_gemm: %s\n", error.c_str());
-    return 1;
-  }
+  bench::GemmBenchRig rig;
+  if (const auto rc = rig.open("bench_skinny_gemm")) return *rc;
   const auto& shapes = bench::projection_shapes();
-  cublasHandle_t cublas;
-  if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS) {
-    std::fprintf(stderr, "bench_skinny_gemm: cublasCreate failed\n");
-    return 1;
-  }
-  cudaStream_t stream;
-  CHECK_CUDA(cudaStreamCreate(&stream));
-  cublasSetStream(cublas, stream);
-  cudaEvent_t start, stop;
-  CHECK_CUDA(cudaEventCreate(&start));
-  CHECK_CUDA(cudaEventCreate(&stop));
+  const auto& copy = rig.copy;
+  cudaStream_t stream = rig.stream;
+  cublasHandle_t cublas = rig.cublas;
+  cudaEvent_t start = rig.start, stop = rig.stop;
   nlohmann::json results = nlohmann::json::array();
   for (const auto& s : shapes) {
     if (std::string(s.model).rfind(only_model, 0) != 0) continue;
@@ -178,8 +161,7 @@ int main(int argc, char** argv) {
   nlohmann::json out = {
       {"bench", "skinny_gemm"},
       {"date", bench::utc_now()},
-      {"device", {{"name", dev.name}, {"sm", std::to_string(dev.sm_major) + std::to_string(dev.sm_minor)},
-                  {"driver", bench::nvidia_driver()}, {"runtime_version", dev.runtime_version}}},
+      {"device", rig.device_json()},
       {"host", bench::host_info()},
       {"commit", commit},
       {"command", bench::command_line(argc, argv)},
@@ -191,6 +173,5 @@ int main(int argc, char** argv) {
       {"results", results},
   };
   if (!out_path.empty()) std::ofstream(out_path) << out.dump(2) << "\n";
-  cublasDestroy(cublas);
   return 0;
 }

@@ -3,7 +3,7 @@
 // side by side in one run: cublasGemmEx's default algorithm and cuBLASLt with the best of its
 // heuristic's candidates timed (LtGemm, what the CUDA backend runs for large matrices), with the
 // measured copy bandwidth as the ceiling. Bytes counted: the weights once, X (2T·K bf16) and Y
-// (2T·N f32). Shapes: bench/projection_shapes.h (the large ones on random weights:
+// (2T·N f32). Shapes: bench/gemm_bench.h (the large ones on random weights:
 // timing only, and the output says so). --sweep also times every forced split count.
 #include <CLI/CLI.hpp>
 
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "bench/bench_info.h"
-#include "bench/projection_shapes.h"
+#include "bench/gemm_bench.h"
 #include "engine/backend/cuda_backend_impl.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/model_ops.h"
@@ -54,32 +54,15 @@ int main(int argc, char** argv) {
   app.add_option("--pdl", pdl, "programmatic dependent launch between the timed launches (default true)");
   CLI11_PARSE(app, argc, argv);
   using namespace specula;
-  if (cuda::device_count() == 0) {
-    std::fprintf(stderr, "bench_verify_gemm: skipped: no GPU (%s)\n", cuda::no_device_reason().c_str());
-    return 0;
-  }
+  bench::GemmBenchRig rig;
+  if (const auto rc = rig.open("bench_verify_gemm")) return *rc;
   cuda::set_programmatic_dependent_launch(pdl);
-  cuda::DeviceInfo dev;
-  cuda::device_info(0, &dev);
-  cuda::CopyBandwidth copy;
-  std::string error;
-  if (!cuda::measure_copy_bandwidth(1ull << 30, 20, &copy, &error)) {
-    std::fprintf(stderr, "bench_verify_gemm: %s\n", error.c_str());
-    return 1;
-  }
   const auto& shapes = bench::projection_shapes();
-  cublasHandle_t cublas;
-  if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS) {
-    std::fprintf(stderr, "bench_verify_gemm: cublasCreate failed\n");
-    return 1;
-  }
-  cudaStream_t stream;
-  CHECK_CUDA(cudaStreamCreate(&stream));
-  cublasSetStream(cublas, stream);
+  const auto& copy = rig.copy;
+  cudaStream_t stream = rig.stream;
+  cublasHandle_t cublas = rig.cublas;
+  cudaEvent_t start = rig.start, stop = rig.stop;
   LtGemm lt;
-  cudaEvent_t start, stop;
-  CHECK_CUDA(cudaEventCreate(&start));
-  CHECK_CUDA(cudaEventCreate(&stop));
   nlohmann::json results = nlohmann::json::array();
   for (const auto& s : shapes) {
     if (std::string(s.model).rfind(only_model, 0) != 0) continue;
@@ -168,7 +151,7 @@ int main(int argc, char** argv) {
                             {"ours_over_cublaslt_speed", lt_ms / ours_ms},
                             {"relative_l2_vs_cublaslt", std::sqrt(num / den)},
                             {"plan",
-                             {{"tile_rows", plan.tile_rows},
+                             {{"tile_rows", 128},
                               {"splits", plan.splits},
                               {"x_rows", plan.x_rows},
                               {"row_blocks", plan.row_blocks}}}};
@@ -206,11 +189,7 @@ int main(int argc, char** argv) {
   nlohmann::json out = {
       {"bench", "verify_gemm"},
       {"date", bench::utc_now()},
-      {"device",
-       {{"name", dev.name},
-        {"sm", std::to_string(dev.sm_major) + std::to_string(dev.sm_minor)},
-        {"driver", bench::nvidia_driver()},
-        {"runtime_version", dev.runtime_version}}},
+      {"device", rig.device_json()},
       {"host", bench::host_info()},
       {"commit", commit},
       {"command", bench::command_line(argc, argv)},
@@ -222,6 +201,5 @@ int main(int argc, char** argv) {
       {"results", results},
   };
   if (!out_path.empty()) std::ofstream(out_path) << out.dump(2) << "\n";
-  cublasDestroy(cublas);
   return 0;
 }

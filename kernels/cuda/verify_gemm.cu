@@ -229,23 +229,26 @@ DeviceFacts device_facts() {
   return known.emplace(dev, f).first->second;
 }
 
-// A W map per (weights, shape, box): encoded on the host once; a graph captures its bytes.
-bool weight_map(CUtensorMap* map, const uint16_t* W, int64_t N, int64_t K, int box_rows) {
+// A map per (base, shape, box), encoded on the host once: the weights' and the backend's one X
+// buffer recur every verify (an eager verify would otherwise encode two maps a product). A map
+// holds only these values, so a reused address with the same shape gets the same map; a graph
+// captures the bytes.
+bool cached_rows_map(CUtensorMap* map, const uint16_t* base, int64_t rows, int64_t K, int box_rows) {
   static std::mutex m;
   static std::map<std::tuple<const void*, int64_t, int64_t, int>, CUtensorMap> known;
   const std::lock_guard<std::mutex> hold(m);
-  const auto key = std::tuple{static_cast<const void*>(W), N, K, box_rows};
+  const auto key = std::tuple{static_cast<const void*>(base), rows, K, box_rows};
   if (auto found = known.find(key); found != known.end()) {
     *map = found->second;
     return true;
   }
-  if (!encode_rows_map(map, W, N, K, box_rows)) return false;
+  if (!encode_rows_map(map, base, rows, K, box_rows)) return false;
   known.emplace(key, *map);
   return true;
 }
 
-// The launch configuration of a variant: grid (tiles, splits), a (1, splits, 1) cluster when K is
-// split, programmatic launch when on.
+// The launch configuration of a variant: grid (tiles, splits, row blocks), a (1, splits, 1)
+// cluster when K is split, programmatic launch when on.
 struct Launch {
   cudaLaunchAttribute attrs[2] = {};
   cudaLaunchConfig_t config{};
@@ -343,7 +346,7 @@ void set_verify_gemm_row_blocks(int mode) { g_row_blocks = mode; }
 VerifyGemmPlan verify_gemm_plan(int64_t N, int64_t K, int64_t M) {
   const bool blocks = M > 64 && (g_row_blocks == 2 || (g_row_blocks == 0 && N * K * 2 <= kRowBlocksMaxWeightBytes));
   const int nt = M <= 64 || blocks ? 64 : 128, row_blocks = int((M + nt - 1) / nt);
-  const int64_t k_steps = (K + kBK - 1) / kBK, tiles = (N + 127) / 128 * row_blocks;
+  const int64_t k_steps = (K + kBK - 1) / kBK, tiles = (N + Tile<64>::kRows - 1) / Tile<64>::kRows * row_blocks;
   int splits = 1;
   if (g_splits) {
     splits = int(std::min<int64_t>(g_splits, k_steps));
@@ -356,7 +359,7 @@ VerifyGemmPlan verify_gemm_plan(int64_t N, int64_t K, int64_t M) {
       }
     }
   }
-  return {128, splits, nt, row_blocks};
+  return {splits, nt, row_blocks};
 }
 
 bool verify_gemm(const uint16_t* W, int64_t N, int64_t K, const uint16_t* X, int64_t M, float* Y, int64_t ldy,
@@ -367,7 +370,7 @@ bool verify_gemm(const uint16_t* W, int64_t N, int64_t K, const uint16_t* X, int
   if (!device_facts().hopper) return false;
   const VerifyGemmPlan p = verify_gemm_plan(N, K, M);
   CUtensorMap w_map, x_map;
-  if (!weight_map(&w_map, W, N, K, p.tile_rows) || !encode_rows_map(&x_map, X, M, K, p.x_rows)) return false;
+  if (!cached_rows_map(&w_map, W, N, K, Tile<64>::kRows) || !cached_rows_map(&x_map, X, M, K, p.x_rows)) return false;
   Args a{};
   a.y = Y;
   a.ldy = ldy;
@@ -375,7 +378,7 @@ bool verify_gemm(const uint16_t* W, int64_t N, int64_t K, const uint16_t* X, int
   a.m = int(M);
   a.k_steps = int((K + kBK - 1) / kBK);
   a.vector_rows = ldy % 4 == 0 && reinterpret_cast<uintptr_t>(Y) % 16 == 0;
-  const int tiles = int((N + p.tile_rows - 1) / p.tile_rows);
+  const int tiles = int((N + Tile<64>::kRows - 1) / Tile<64>::kRows);
   return p.x_rows == 64 ? launch<64>(w_map, x_map, a, tiles, p.splits, p.row_blocks, stream)
                         : launch<128>(w_map, x_map, a, tiles, p.splits, p.row_blocks, stream);
 }

@@ -33,11 +33,10 @@ inline constexpr int64_t kVerifyGemmMaxRows = 128;
 bool verify_gemm(const uint16_t* W, int64_t N, int64_t K, const uint16_t* X, int64_t M, float* Y, int64_t ldy,
                  cudaStream_t stream);
 
-// The plan verify_gemm picks for a shape: W rows a CTA (128), K splits (cluster size, 1-8), the
-// MMA's N (64 or 128 X rows) and the blocks of X rows (grid z; 2 where 65-128 rows take the
-// 64-row MMA twice).
+// The plan verify_gemm picks for a shape (a CTA always takes 128 W rows): K splits (cluster size,
+// 1-8), the MMA's N (64 or 128 X rows) and the blocks of X rows (grid z; 2 where 65-128 rows take
+// the 64-row MMA twice).
 struct VerifyGemmPlan {
-  int tile_rows = 0;
   int splits = 0;
   int x_rows = 0;
   int row_blocks = 0;
