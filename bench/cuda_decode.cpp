@@ -39,6 +39,7 @@
 #include "engine/sparse/sparse_config.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/model_ops.h"
+#include "kernels/cuda/shared_kv_attention.h"
 #include "profiler/cupti_capture.h"
 #include "profiler/recorder.h"
 #include "profiler/session_store.h"
@@ -446,6 +447,13 @@ int main(int argc, char** argv) {
                  "stacked split-halves GEMMs on tuned cuBLASLt, else cublasGemmEx (true|false)");
   app.add_option("--verify-gemm", verify_gemm,
                  "stacked split-halves GEMMs on our wgmma kernel where the GPU runs it, else cuBLAS (true|false)");
+  bool shared_kv = true;  // the kernels' default (kernels/cuda/shared_kv_attention.h)
+  int shared_kv_pairs = 0;
+  app.add_option(
+      "--shared-kv-attention", shared_kv,
+      "attention_at's rows of a verify share each K/V load across pairs, else one pair a block (true|false)");
+  app.add_option("--shared-kv-pairs", shared_kv_pairs, "pairs a block of that kernel (0: its default)")
+      ->check(CLI::IsMember({0, 2, 4, 8}));
   app.add_option("--profile", profile_path, "also run once under CUPTI capture into this session file");
   app.add_option("--commit", commit, "commit the binary was built from (for the JSON)");
   app.add_option("--out", out_path, "also write the JSON here");
@@ -453,6 +461,8 @@ int main(int argc, char** argv) {
 
   if (!specula::cuda_gpu_available()) return fail("no CUDA GPU found (this bench needs one)");
   specula::cuda::set_programmatic_dependent_launch(pdl);
+  specula::cuda::set_shared_kv_attention(shared_kv);
+  specula::cuda::set_shared_kv_attention_pairs(shared_kv_pairs);
   specula::CudaBackendOptions options;
   options.cuda_graphs = graphs;
   options.tree_attention_kernels = long_context > 0 && tree_kernels;
@@ -540,6 +550,8 @@ int main(int argc, char** argv) {
       {"head_route", head_route},
       {"cublaslt_tuned", cublaslt},
       {"verify_gemm", verify_gemm},
+      {"shared_kv_attention", shared_kv},
+      {"shared_kv_pairs", shared_kv_pairs},
       {"kv_capacity", kv_capacity},
       {"prompt_tokens", prompt.size()},
       {"decode_tokens", tokens},

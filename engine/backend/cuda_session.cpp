@@ -375,6 +375,13 @@ Status CudaSession::finish(int64_t n) {
 // 0.569/0.763/1.124/1.409/1.404 (bench/results/cuda_verify_fused_attention_s10_h100_2026-11-24.json).
 // 8 keeps the two-round sizes (5 measured, 6 to 8 not); from 9 rows the old pair of launches.
 constexpr int64_t kMaxFusedVerifyRows = 8;
+// ... and the most attention splits (256 rows of capacity each) it takes them at: its blocks, one
+// a (row, query head), each read the whole context, where attention_at's shared_kv_attention
+// (kernels/cuda/shared_kv_attention.h) reads it once for 4 pairs. SmolLM2-shaped verifies on the
+// H200, last-logits ms fused / unfused (bench/results/shared_kv_attention_s19_h200_2026-12-02.json):
+// 5 and 8 rows at 1024 committed 0.97 / 1.02, 1.00 / 1.10; at 2048 0.99 / 1.13, 1.34 / 1.16; at
+// 4096 1.38 / 1.20, 1.76 / 1.23; at 8000 8 rows 2.53 / 1.66. 8 splits: up to 2048 rows.
+constexpr int kMaxFusedVerifySplits = 8;
 
 // Enqueues the forward of T new tokens, from the embedding to the logits GEMM, reading the
 // tokens, positions and step scalars that forward() uploaded to b.ids.
@@ -426,12 +433,12 @@ Status CudaSession::enqueue_forward(int64_t T, const uint8_t* mask_dev, LogitRow
     // attention.
     const bool fused =
         !plan && !split_ops && b.fused_decode_attention &&
-        (T == 1
-             ? !mask_dev && cuda::decode_attention_at(b.qkv.get(), c.n_heads, qd + kvd, pos_dev, c.rope_theta, adjacent,
-                                                      kv, step_dev, scale, b.att.get(), mem_->split, s)
-             : T <= kMaxFusedVerifyRows && cuda::tree_decode_attention_at(
-                                               b.qkv.get(), ld, T, c.n_heads, qd + kvd, pos_dev, c.rope_theta, adjacent,
-                                               kv, step_dev, mask_dev, scale, b.att.get(), mem_->split, s));
+        (T == 1 ? !mask_dev && cuda::decode_attention_at(b.qkv.get(), c.n_heads, qd + kvd, pos_dev, c.rope_theta,
+                                                         adjacent, kv, step_dev, scale, b.att.get(), mem_->split, s)
+                : T <= kMaxFusedVerifyRows && mem_->split.splits <= kMaxFusedVerifySplits &&
+                      cuda::tree_decode_attention_at(b.qkv.get(), ld, T, c.n_heads, qd + kvd, pos_dev, c.rope_theta,
+                                                     adjacent, kv, step_dev, mask_dev, scale, b.att.get(), mem_->split,
+                                                     s));
     if (!fused) {
       if (T == 1) {
         cuda::rope_append_decode_at(b.qkv.get(), c.n_heads, c.n_kv_heads, c.head_dim, pos_dev, c.rope_theta, adjacent,

@@ -40,7 +40,7 @@ __device__ __forceinline__ void attend_chunk(float s, const bf16_bits* vrow, int
   const float m_new = fmaxf(m, chunk_max);
   const float corr = expf(m - m_new);
   const float p = s == -INFINITY ? 0.0f : expf(s - m_new);
-  l = l * corr + warp_sum(p);
+  l = __fmaf_rn(l, corr, warp_sum(p));  // written out: every kernel must fuse it alike
 #pragma unroll
   for (int i = 0; i < 8; ++i) acc[i] *= corr;
   constexpr int kLanesPerRow = kHd / 8, kGroups = 32 / kLanesPerRow;

@@ -10,6 +10,7 @@
 #include "kernels/cuda/paged_kv.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/prefill_attention.h"
+#include "kernels/cuda/shared_kv_attention.h"
 #include "kernels/cuda/warp_dot.cuh"
 
 namespace specula::cuda {
@@ -425,7 +426,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     const float m_new = fmaxf(m, chunk_max);
     const float corr = expf(m - m_new);  // 0 while m is still -inf
     const float p = s == -INFINITY ? 0.0f : expf(s - m_new);
-    l = l * corr + warp_sum(p);
+    l = __fmaf_rn(l, corr, warp_sum(p));  // written out: every kernel must fuse it alike
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) acc[i] *= corr;
     if constexpr (kHd > 0) {
@@ -675,6 +676,13 @@ void attention_at(const float* q, int64_t ld_q, int64_t T, int64_t n_heads, cons
   // A prefill's many causal rows go to the tensor-core kernel (prefill_attention.h says why).
   if (!mask && !block_visible && T >= kPrefillMinRows &&
       prefill_attention(q, ld_q, T, n_heads, kv, step, scale, out, stream))
+    return;
+  // Several rows (a verify) over a split cache (more than 256 rows of capacity) share each K/V
+  // load across their pairs, with the same bits as below. Without a split (short contexts) the
+  // one-pair blocks are more blocks to spread: there the shared kernel was 4% slower at 17 rows
+  // (bench/results/shared_kv_attention_s19_h200_2026-12-02.json).
+  if (T >= 2 && split.splits > 1 && shared_kv_attention() &&
+      shared_kv_attention_at(q, ld_q, T, n_heads, kv, step, mask, scale, out, stream, split, block_visible))
     return;
   const dim3 grid(static_cast<unsigned>(n_heads), static_cast<unsigned>(T),
                   static_cast<unsigned>(split.splits > 1 ? split.splits : 1));

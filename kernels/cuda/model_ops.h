@@ -142,7 +142,9 @@ struct AttentionSplit {
 AttentionSplit attention_split_for(int64_t max_rows, int64_t head_dim);
 
 // Attention of T new tokens, one (token, query head) per thread block (per split with one),
-// online softmax in f32; unmasked launches of kPrefillMinRows rows and more with head_dim 64 or
+// online softmax in f32; 2+ rows of head_dim 64 or 128 over a split take shared_kv_attention_at
+// (shared_kv_attention.h: several pairs a block, each K/V row loaded once for them, the same
+// bits); unmasked launches of kPrefillMinRows rows and more with head_dim 64 or
 // 128 go to prefill_attention (prefill_attention.h: tensor cores, bf16 Q and P). q: row t at q + t·ld_q, heads of
 // head_dim. Token t sees KV rows [0, committed) and new rows first_new + j for j allowed by mask (T×T uint8, row-major;
 // nullptr = causal j ≤ t). out: (T, n_heads·head_dim) f32. head_dim a multiple of 8, ≤ 256.
