@@ -14,6 +14,7 @@
 
 #include "engine/backend/cuda_backend.h"
 #include "engine/spec/speculative.h"
+#include "kernels/cuda/shared_kv_attention.h"
 #include "tests/engine/cuda/cuda_test_support.h"
 #include "tests/engine/spec/fidelity_prompts.h"
 
@@ -92,6 +93,47 @@ TEST(CudaSpeculative, GreedyEqualsPlainGpuGreedyForEveryDrafterAndTree) {
       }
     }
   }
+}
+
+// The same invariant past 8 attention splits (a 3000-token prompt: the fidelity prompts one after
+// another): verify rows then take shared_kv_attention (several pairs a block), and rows of at
+// most 8 leave the fused kernel for it; the tokens must not change, nor with that kernel off.
+TEST(CudaSpeculative, GreedyEqualsPlainGpuGreedyOnALongPrompt) {
+  if (const auto missing = testing::gpu_and_default_model_missing()) {
+    std::puts(missing->c_str());
+    GTEST_SKIP() << *missing;
+  }
+  auto target = load_model(resolve_model_path("default"));
+  ASSERT_TRUE(target.ok()) << target.error().message;
+  std::vector<int32_t> prompt;
+  for (const auto& p : testing::fidelity_prompts(*target)) prompt.insert(prompt.end(), p.begin(), p.end());
+  constexpr size_t kPromptTokens = 3000;
+  ASSERT_GE(prompt.size(), size_t{200});
+  while (prompt.size() < kPromptTokens) prompt.insert(prompt.end(), prompt.begin(), prompt.begin() + 200);
+  prompt.resize(kPromptTokens);
+  auto backend = make_cuda_backend(*target, CudaBackendOptions{});
+  ASSERT_TRUE(backend) << backend.error().message;
+  SpeculativeEngine engine(*target, std::move(*backend));
+  SpeculativeOptions plain;
+  plain.max_tokens = 48;
+  auto expected = engine.generate(prompt, nullptr, plain, nullptr);
+  ASSERT_TRUE(expected.ok()) << expected.error().message;
+  auto ngram = make_ngram_drafter({3, 1, 0});
+  for (bool shared : {true, false}) {
+    cuda::set_shared_kv_attention(shared);
+    for (const char* tree : {"chain:4", "chain:8", "static:3,2,1", "dynamic:4,3,10"}) {
+      SpeculativeOptions o = plain;
+      o.tree = *parse_tree_shape(tree);
+      o.controller.enabled = false;
+      auto r = engine.generate(prompt, ngram.get(), o, nullptr);
+      ASSERT_TRUE(r.ok()) << r.error().message;
+      EXPECT_EQ(r->tokens, expected->tokens) << tree << ", shared_kv_attention " << shared;
+      EXPECT_GT(r->metrics.speculative_rounds, 0) << tree << ": nothing was verified";
+      std::printf("%zu-token prompt, %-16s shared_kv_attention %d: mean accepted length %.2f\n", prompt.size(), tree,
+                  shared, r->metrics.mean_accepted_length);
+    }
+  }
+  cuda::set_shared_kv_attention(true);
 }
 
 }  // namespace
