@@ -11,6 +11,17 @@
 
 namespace specula::cuda {
 
+// Butterfly sum and max over a warp (every lane gets the result), in one order for every kernel
+// that includes this header.
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
 // q · k over 8 dimensions: q in f32, k as 8 bf16 in one 16-byte load (a bf16 is the upper half of
 // an f32), summed in this one order by every kernel's score loop (`dot += key_dot8(...)`). The
 // products and sums are written out as intrinsics: left to the compiler, a · b + c · d may fuse

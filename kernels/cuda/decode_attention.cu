@@ -19,15 +19,6 @@ using paged_kv::update_min_max;
 // comes from and what happens before the wait.
 constexpr int kWarps = 4;
 
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
 // One chunk of 32 keys (a lane's score s, -inf where it sees none, and its value row vrow) into a
 // warp's running max m, sum l and weighted values acc. Lane = (row group g, 8-dim slice): rows g,
 // g + G, ... of the chunk, dims slice·8..+8. Both kernels below take it, in attention_kernel's

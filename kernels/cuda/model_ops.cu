@@ -21,11 +21,6 @@ using paged_kv::slot_row;
 using paged_kv::to_bf;
 using paged_kv::update_min_max;
 
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
 __global__ void embed_kernel(const bf16_bits* __restrict__ table, const int32_t* __restrict__ tokens, int64_t dim,
                              float* __restrict__ x) {
   pdl_trigger();
@@ -356,11 +351,6 @@ __global__ void kv_move_kernel(PagedKvLayer kv, const int32_t* __restrict__ rows
 
 constexpr int kAttnWarps = 4;
 constexpr int kMaxPerLane = 8;  // head_dim ≤ 256
-
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
 
 // grid (n_heads, T), kAttnWarps warps. Each warp takes 32 visible rows at a time, one per lane:
 // the lane computes its row's score against q (staged in shared memory), the warp does one

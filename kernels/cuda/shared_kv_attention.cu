@@ -19,15 +19,6 @@ using paged_kv::slot_row;
 constexpr int kWarps = 4;  // attention_kernel's: a warp's chunks are w, w + 4, ... of 32 rows
 constexpr int kStepCommitted = 0, kStepFirstNew = 1;
 
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
 // grid (n_kv_heads, ceil(T·group / kPairs), splits), kWarps warps. Block (kvh, y, z) takes pairs
 // y·kPairs + p = t·group + g (token t, query head kvh·group + g) over split z's rows.
 // Registers a lane: the chunk's key (kHd / 8 uint4), its value rows (32 / (32 / (kHd / 8)) uint4:
