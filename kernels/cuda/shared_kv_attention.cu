@@ -24,8 +24,9 @@ constexpr int kStepCommitted = 0, kStepFirstNew = 1;
 // Registers a lane: the chunk's key (kHd / 8 uint4), its value rows (32 / (32 / (kHd / 8)) uint4:
 // rows g, g + G, ... of the chunk, dims slice·8..+8, as attention_kernel's lanes), and each
 // pair's 8 weighted values, max and sum. ptxas -v (no spills): kHd 64 takes 168 registers at 4
-// pairs (3 blocks an SM), 255 at 8; kHd 128 168 at 2 pairs, 246 at 4. At 8000 rows and 61 SmolLM2
-// rows, 4 pairs took the verify 5.23 ms, 8 pairs 5.47 (bench/results/shared_kv_attention_s19_h200_2026-12-02.json).
+// pairs (3 blocks an SM), 255 at 8; kHd 128 226 at 2 pairs, 246 at 4. At 8000 rows and 61 SmolLM2
+// rows, 4 pairs took the verify 5.23 ms, 8 pairs 5.47; the Llama-8B shape at 32K / 61 rows 106 ms
+// at 4 pairs, 152 at 2 (bench/results/shared_kv_attention_s19_h200_2026-12-02.json).
 template <int kHd, int kPairs>
 __global__ void __launch_bounds__(kWarps * 32)
     shared_kv_attention_kernel(const float* q, int64_t ld_q, int64_t T, int64_t n_heads, PagedKvLayer kv,
