@@ -454,6 +454,11 @@ int main(int argc, char** argv) {
       "attention_at's rows of a verify share each K/V load across pairs, else one pair a block (true|false)");
   app.add_option("--shared-kv-pairs", shared_kv_pairs, "pairs a block of that kernel (0: its default)")
       ->check(CLI::IsMember({0, 2, 4, 8}));
+  int shared_kv_min_blocks = 0;
+  app.add_option("--shared-kv-min-blocks", shared_kv_min_blocks,
+                 "blocks an SM that kernel's registers are held to (0: its default, 4 at head_dim 64 and ptxas's "
+                 "count at 128; 1: ptxas's count at 64; 3: 3 at 128)")
+      ->check(CLI::IsMember({0, 1, 3}));
   app.add_option("--profile", profile_path, "also run once under CUPTI capture into this session file");
   app.add_option("--commit", commit, "commit the binary was built from (for the JSON)");
   app.add_option("--out", out_path, "also write the JSON here");
@@ -463,6 +468,7 @@ int main(int argc, char** argv) {
   specula::cuda::set_programmatic_dependent_launch(pdl);
   specula::cuda::set_shared_kv_attention(shared_kv);
   specula::cuda::set_shared_kv_attention_pairs(shared_kv_pairs);
+  specula::cuda::set_shared_kv_attention_min_blocks(shared_kv_min_blocks);
   specula::CudaBackendOptions options;
   options.cuda_graphs = graphs;
   options.tree_attention_kernels = long_context > 0 && tree_kernels;
@@ -552,6 +558,7 @@ int main(int argc, char** argv) {
       {"verify_gemm", verify_gemm},
       {"shared_kv_attention", shared_kv},
       {"shared_kv_pairs", shared_kv_pairs},
+      {"shared_kv_min_blocks", shared_kv_min_blocks},
       {"kv_capacity", kv_capacity},
       {"prompt_tokens", prompt.size()},
       {"decode_tokens", tokens},

@@ -23,12 +23,18 @@ constexpr int kStepCommitted = 0, kStepFirstNew = 1;
 // y·kPairs + p = t·group + g (token t, query head kvh·group + g) over split z's rows.
 // Registers a lane: the chunk's key (kHd / 8 uint4), its value rows (32 / (32 / (kHd / 8)) uint4:
 // rows g, g + G, ... of the chunk, dims slice·8..+8, as attention_kernel's lanes), and each
-// pair's 8 weighted values, max and sum. ptxas -v (no spills): kHd 64 takes 168 registers at 4
-// pairs (3 blocks an SM), 255 at 8; kHd 128 226 at 2 pairs, 246 at 4. At 8000 rows and 61 SmolLM2
-// rows, 4 pairs took the verify 5.23 ms, 8 pairs 5.47; the Llama-8B shape at 32K / 61 rows 106 ms
-// at 4 pairs, 152 at 2 (bench/results/shared_kv_attention_s19_h200_2026-12-02.json).
-template <int kHd, int kPairs>
-__global__ void __launch_bounds__(kWarps * 32)
+// pair's 8 weighted values, max and sum. ptxas -v with no minimum of blocks (kMinBlocks 0; no
+// spills): kHd 64 takes 168 registers at 4 pairs (3 blocks an SM), 255 at 8; kHd 128 226 at 2
+// pairs, 246 at 4. At 8000 rows and 61 SmolLM2 rows, 4 pairs took the verify 5.23 ms, 8 pairs 5.47;
+// the Llama-8B shape at 32K / 61 rows 106 ms at 4 pairs, 152 at 2
+// (bench/results/shared_kv_attention_s19_h200_2026-12-02.json). The kernel waits on latency (ncu:
+// 3 warps a scheduler, an instruction every 2.4 cycles), so kHd 64 holds its registers to 4 blocks
+// an SM (128 registers, 100 bytes of spills): 5.22 -> 5.03 ms at 8000 / 61 rows, 2.41 -> 2.32 at
+// 8000 / 17; at kHd 128, 3 blocks (168 registers, 428 bytes of spills) lost, 106 -> 111 ms
+// (shared_kv_attention_min_blocks_s19_h200_2026-12-02.json). kMinBlocks 1 is not 0: ptxas then
+// took 203 registers at kHd 64.
+template <int kHd, int kPairs, int kMinBlocks>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     shared_kv_attention_kernel(const float* q, int64_t ld_q, int64_t T, int64_t n_heads, PagedKvLayer kv,
                                const uint8_t* mask, float scale, float* out, const int32_t* step, AttentionSplit split,
                                const uint8_t* block_visible) {
@@ -211,17 +217,17 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 std::atomic<bool> g_shared_kv_attention{true};
-std::atomic<int> g_pairs{0};
+std::atomic<int> g_pairs{0}, g_min_blocks{0};
 
-template <int kHd, int kPairs>
+template <int kHd, int kPairs, int kMinBlocks>
 void launch(const float* q, int64_t ld_q, int64_t T, int64_t n_heads, const PagedKvLayer& kv, const int32_t* step,
             const uint8_t* mask, float scale, float* out, cudaStream_t stream, const AttentionSplit& split,
             const uint8_t* block_visible) {
   const int64_t pairs = T * (n_heads / kv.n_kv_heads);
   const dim3 grid(static_cast<unsigned>(kv.n_kv_heads), static_cast<unsigned>((pairs + kPairs - 1) / kPairs),
                   static_cast<unsigned>(split.splits > 1 ? split.splits : 1));
-  launch_pdl(shared_kv_attention_kernel<kHd, kPairs>, grid, dim3(kWarps * 32), 0, stream, q, ld_q, T, n_heads, kv, mask,
-             scale, out, step, split, block_visible);
+  launch_pdl(shared_kv_attention_kernel<kHd, kPairs, kMinBlocks>, grid, dim3(kWarps * 32), 0, stream, q, ld_q, T,
+             n_heads, kv, mask, scale, out, step, split, block_visible);
 }
 
 }  // namespace
@@ -229,23 +235,23 @@ void launch(const float* q, int64_t ld_q, int64_t T, int64_t n_heads, const Page
 void set_shared_kv_attention(bool on) { g_shared_kv_attention.store(on, std::memory_order_relaxed); }
 bool shared_kv_attention() { return g_shared_kv_attention.load(std::memory_order_relaxed); }
 void set_shared_kv_attention_pairs(int pairs) { g_pairs.store(pairs, std::memory_order_relaxed); }
+void set_shared_kv_attention_min_blocks(int blocks) { g_min_blocks.store(blocks, std::memory_order_relaxed); }
 
 bool shared_kv_attention_at(const float* q, int64_t ld_q, int64_t T, int64_t n_heads, const PagedKvLayer& kv,
                             const int32_t* step, const uint8_t* mask, float scale, float* out, cudaStream_t stream,
                             const AttentionSplit& split, const uint8_t* block_visible) {
   if (T < 2 || kv.n_kv_heads <= 0 || n_heads % kv.n_kv_heads != 0) return false;
-  const int pairs = g_pairs.load(std::memory_order_relaxed);
-  if (kv.head_dim == 64) {
-    (pairs == 8 ? launch<64, 8> : launch<64, 4>)(q, ld_q, T, n_heads, kv, step, mask, scale, out, stream, split,
-                                                 block_visible);
-    return true;
-  }
-  if (kv.head_dim == 128) {
-    (pairs == 2 ? launch<128, 2> : launch<128, 4>)(q, ld_q, T, n_heads, kv, step, mask, scale, out, stream, split,
-                                                   block_visible);
-    return true;
-  }
-  return false;
+  const int pairs = g_pairs.load(std::memory_order_relaxed), min_blocks = g_min_blocks.load(std::memory_order_relaxed);
+  auto* run = kv.head_dim == 64    ? (pairs == 8        ? launch<64, 8, 0>
+                                      : min_blocks == 1 ? launch<64, 4, 0>
+                                                        : launch<64, 4, 4>)
+              : kv.head_dim == 128 ? (pairs == 2        ? launch<128, 2, 0>
+                                      : min_blocks == 3 ? launch<128, 4, 3>
+                                                        : launch<128, 4, 0>)
+                                   : nullptr;
+  if (!run) return false;
+  run(q, ld_q, T, n_heads, kv, step, mask, scale, out, stream, split, block_visible);
+  return true;
 }
 
 }  // namespace specula::cuda

@@ -32,5 +32,9 @@ bool shared_kv_attention();
 // Pairs a block (bench A/B only): 4 or 8 at head_dim 64, 2 or 4 at 128; anything else: the
 // default (4 and 4).
 void set_shared_kv_attention_pairs(int pairs);
+// Blocks an SM the registers are held to (bench A/B and tests), for 4 pairs a block: at head_dim
+// 64, 1 gives ptxas's own count (3 blocks) and anything else the default, 4; at 128, 3 holds them
+// to 3 blocks and anything else gives the default, ptxas's own count (2).
+void set_shared_kv_attention_min_blocks(int blocks);
 
 }  // namespace specula::cuda
