@@ -20,8 +20,12 @@ struct CudaBackendOptions {
   bool cuda_graphs = true;
   // Dense tree verifies (a mask, up to 64 rows) of caches with 16-token blocks and head_dim 128
   // run kernels/cuda/attention.h's tree_attention_dense (bf16 queries; K/V loads shared across
-  // the tree and the GQA group) instead of attention_at (f32 queries, one CTA per row and q
-  // head), without a graph. Off by default: the greedy fidelity tests cover attention_at.
+  // the tree and the GQA group) instead of attention_at (f32 queries; over a split cache 4 (row,
+  // q head) pairs a block share each K/V load, kernels/cuda/shared_kv_attention.h), without a
+  // graph. Off by default: the greedy fidelity tests cover attention_at, whose verify rows keep
+  // the decode step's bits. The price, on the H200 for the Llama-8B shape's 61-row verify: 10.2 ms
+  // at 64K rows with these kernels (bench/results/cuda_verify_8b_64k_profile_s19_h200_2026-12-02.json),
+  // 106 ms at 32K on attention_at (shared_kv_attention_s19_h200_2026-12-02.json).
   // Sparse verifies of such caches always use the tree-attention kernels.
   bool tree_attention_kernels = false;
   // A decode step's RoPE, K/V append and attention in one launch (kernels/cuda/decode_attention.h)
