@@ -447,6 +447,10 @@ int main(int argc, char** argv) {
                  "stacked split-halves GEMMs on tuned cuBLASLt, else cublasGemmEx (true|false)");
   app.add_option("--verify-gemm", verify_gemm,
                  "stacked split-halves GEMMs on our wgmma kernel where the GPU runs it, else cuBLAS (true|false)");
+  int verify_gemm_large_rows = 0;  // the engine's default
+  app.add_option("--verify-gemm-large-rows", verify_gemm_large_rows,
+                 "large matrices' stacked products also on that kernel up to this many rows (0: never)")
+      ->check(CLI::Range(0, 64));
   bool shared_kv = true;  // the kernels' default (kernels/cuda/shared_kv_attention.h)
   int shared_kv_pairs = 0;
   app.add_option(
@@ -477,6 +481,7 @@ int main(int argc, char** argv) {
   options.head_route = routes.at(head_route);
   options.cublaslt_tuned = cublaslt;
   options.verify_gemm = verify_gemm;
+  options.verify_gemm_large_rows = verify_gemm_large_rows;
   std::unique_ptr<specula::Model> model;
   std::unique_ptr<specula::CudaBackend> backend;
   std::vector<int32_t> prompt;
@@ -556,6 +561,7 @@ int main(int argc, char** argv) {
       {"head_route", head_route},
       {"cublaslt_tuned", cublaslt},
       {"verify_gemm", verify_gemm},
+      {"verify_gemm_large_rows", verify_gemm_large_rows},
       {"shared_kv_attention", shared_kv},
       {"shared_kv_pairs", shared_kv_pairs},
       {"shared_kv_min_blocks", shared_kv_min_blocks},

@@ -486,13 +486,7 @@ Expected<std::unique_ptr<CudaBackend>> make_cuda_backend(const Model& model, con
   }
   std::unique_ptr<CudaBackend> backend(new CudaBackend());
   if (auto ok = backend->impl_->init(options.device); !ok) return ok.error();
-  backend->impl_->cuda_graphs = options.cuda_graphs;
-  backend->impl_->tree_attention_kernels = options.tree_attention_kernels;
-  backend->impl_->fused_decode_attention = options.fused_decode_attention;
-  backend->impl_->layer_route = options.layer_route;
-  backend->impl_->head_route = options.head_route;
-  backend->impl_->cublaslt_tuned = options.cublaslt_tuned;
-  backend->impl_->verify_gemm = options.verify_gemm;
+  backend->impl_->set_options(options);
   if (auto ok = backend->impl_->load(model); !ok) return ok.error();
   if (auto ok = warm_up(*backend); !ok) return ok.error();
   return backend;
@@ -502,13 +496,7 @@ Expected<std::unique_ptr<CudaBackend>> make_synthetic_cuda_backend(const ModelCo
                                                                    const CudaBackendOptions& options) {
   std::unique_ptr<CudaBackend> backend(new CudaBackend());
   if (auto ok = backend->impl_->init(options.device); !ok) return ok.error();
-  backend->impl_->cuda_graphs = options.cuda_graphs;
-  backend->impl_->tree_attention_kernels = options.tree_attention_kernels;
-  backend->impl_->fused_decode_attention = options.fused_decode_attention;
-  backend->impl_->layer_route = options.layer_route;
-  backend->impl_->head_route = options.head_route;
-  backend->impl_->cublaslt_tuned = options.cublaslt_tuned;
-  backend->impl_->verify_gemm = options.verify_gemm;
+  backend->impl_->set_options(options);
   if (auto ok = backend->impl_->generate_synthetic(config, seed); !ok) return ok.error();
   if (auto ok = warm_up(*backend); !ok) return ok.error();
   return backend;

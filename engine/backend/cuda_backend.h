@@ -52,6 +52,10 @@ struct CudaBackendOptions {
   // cublasGemmEx: a 17-row verify of SmolLM2 0.95 -> 0.87 ms (Impl::kVerifyGemmRows says where
   // it pays). Off: cuBLAS (A/B timing; bench_cuda_decode --verify-gemm).
   bool verify_gemm = true;
+  // Up to this many rows, large matrices' stacked products (Llama-8B's) take that kernel too; 0:
+  // never, the default (session 18 measured the 8B's verifies slower on it). bench_cuda_decode
+  // --verify-gemm-large-rows, for the A/B.
+  int verify_gemm_large_rows = 0;
 };
 
 // True when built with CUDA and at least one GPU is visible (never prints).

@@ -234,7 +234,18 @@ struct CudaBackend::Impl {
   GemmRoute layer_route = GemmRoute::kAuto, head_route = GemmRoute::kAuto;  // CudaBackendOptions
   bool cublaslt_tuned = false;                                              // CudaBackendOptions
   bool verify_gemm = true;                                                  // CudaBackendOptions
+  int64_t verify_gemm_large_rows = 0;                                       // CudaBackendOptions
   LtGemm lt;
+  void set_options(const CudaBackendOptions& o) {
+    cuda_graphs = o.cuda_graphs;
+    tree_attention_kernels = o.tree_attention_kernels;
+    fused_decode_attention = o.fused_decode_attention;
+    layer_route = o.layer_route;
+    head_route = o.head_route;
+    cublaslt_tuned = o.cublaslt_tuned;
+    verify_gemm = o.verify_gemm;
+    verify_gemm_large_rows = o.verify_gemm_large_rows;
+  }
   int32_t* host_ids = nullptr;         // pinned staging: tokens (T), positions (T), step (committed, first_new)
   uint8_t* host_mask = nullptr;        // pinned, scratch_T²
   std::unique_ptr<KvMemory> spare_kv;  // the last finished session's (CudaSession::~CudaSession)

@@ -185,8 +185,10 @@ bool CudaBackend::Impl::stacked(int64_t N, int64_t K, int64_t T) const {
 // cuBLAS's.
 Status CudaBackend::Impl::gemm_halves(const bf16_bits* W, int64_t N, int64_t K, int64_t T) {
   // Small matrices at up to kVerifyGemmRows rows on our wgmma kernel where it runs (it launches
-  // nothing and returns false otherwise). A forced cuBLAS route (layer_route) keeps cuBLAS.
-  if (verify_gemm && layer_route != GemmRoute::kCublas && N * K <= kSmallMatrixWeights && T <= kVerifyGemmRows &&
+  // nothing and returns false otherwise), large ones up to verify_gemm_large_rows. A forced
+  // cuBLAS route (layer_route) keeps cuBLAS.
+  const int64_t ours_up_to = N * K <= kSmallMatrixWeights ? kVerifyGemmRows : verify_gemm_large_rows;
+  if (verify_gemm && layer_route != GemmRoute::kCublas && T <= ours_up_to &&
       cuda::verify_gemm(W, N, K, x_bf16.get(), 2 * T, y_split.get(), N, stream)) {
     return {};
   }

@@ -451,7 +451,10 @@ Status CudaSession::enqueue_forward(int64_t T, const uint8_t* mask_dev, LogitRow
                              kv, qd + kvd, step_dev, min_max_now, s);
       }
       if (plan) {
-        if (auto ok = planned_attention(*plan, static_cast<int>(l), kv, T, mask_dev, step_dev); !ok) return ok;
+        if (auto ok = planned_attention(*plan, static_cast<int>(l), kv, T, mask_dev, step_dev, split_ops ? halves : nullptr);
+            !ok) {
+          return ok;
+        }
       } else {
         cuda::attention_at(b.qkv.get(), ld, T, c.n_heads, kv, step_dev, mask_dev, scale, b.att.get(), s,
                            T <= kMaxGraphRows ? mem_->split : cuda::AttentionSplit{});
@@ -461,7 +464,8 @@ Status CudaSession::enqueue_forward(int64_t T, const uint8_t* mask_dev, LogitRow
       // x += att·Woᵀ, then the halves of rmsnorm(x; ffn_norm) for gate_up, SwiGLU's halves for
       // down, and x += down's product with the next layer's norm halves (or a plain add after
       // the last layer: the logits GEMM has a norm of its own).
-      cuda::f32_to_bf16_split(b.att.get(), T * qd, halves, halves + T * qd, s);
+      // (A planned attention wrote the halves itself.)
+      if (!plan) cuda::f32_to_bf16_split(b.att.get(), T * qd, halves, halves + T * qd, s);
       if (auto ok = b.gemm_halves(L.wo.get(), dim, qd, T); !ok) return ok;
       cuda::add_halves_rmsnorm_split_rows(b.y_split.get(), T, dim, b.x.get(), L.ffn_norm.get(), c.rms_eps, halves, s);
       if (auto ok = b.gemm_halves(L.gate_up.get(), 2 * ffn, dim, T); !ok) return ok;

@@ -78,8 +78,9 @@ class CudaSession final : public BackendSession {
   // Planned tree verifies (cuda_session_sparse.cpp).
   Status plan_tree_verify(int64_t T, const AttentionMask* mask, int64_t first_new, const SparseConfig* sparse,
                           const ForwardContext* context, std::optional<SparsePlan>* out);
+  // halves: null, or the Wo GEMM's input halves (T·q_dim hi, then lo) to write instead of att.
   Status planned_attention(SparsePlan& p, int l, const cuda::PagedKvLayer& kv, int64_t T, const uint8_t* mask_dev,
-                           const int32_t* step_dev);
+                           const int32_t* step_dev, bf16_bits* halves);
   Status observe_selection(SparsePlan& p, int l, int64_t T, bool reuse, bool dense);
 
   Status enqueue_forward(int64_t T, const uint8_t* mask_dev, LogitRows rows, SparsePlan* plan = nullptr,

@@ -10,6 +10,7 @@
 #include "engine/backend/cuda_session.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/sparse_ffn.h"
+#include "kernels/cuda/skinny_gemm.h"
 #include "kernels/cuda/sparse_verify.h"
 
 namespace specula {
@@ -135,9 +136,11 @@ Status CudaSession::plan_tree_verify(int64_t T, const AttentionMask* mask, int64
   return {};
 }
 
-// Layer l's attention under the plan: att (T, q_dim) f32 from the rows' queries in b.qkv.
+// Layer l's attention under the plan: att (T, q_dim) f32 from the rows' queries in b.qkv, or with
+// `halves` the Wo GEMM's input halves of it (the split row ops' path), which the tree-attention
+// kernels' bf16 rows give in one launch instead of two (rows_bf16_to_split).
 Status CudaSession::planned_attention(SparsePlan& p, int l, const cuda::PagedKvLayer& kv, int64_t T,
-                                      const uint8_t* mask_dev, const int32_t* step_dev) {
+                                      const uint8_t* mask_dev, const int32_t* step_dev, bf16_bits* halves) {
   auto& b = *b_;
   const auto& c = b.cfg;
   cudaStream_t s = b.stream;
@@ -161,6 +164,18 @@ Status CudaSession::planned_attention(SparsePlan& p, int l, const cuda::PagedKvL
                              static_cast<int>(p.committed),
                              scale};
   if (p.fast || (!dense && !reuse)) cuda::q_rows_to_bf16(b.qkv.get(), ld, T, qd, order_dev_.get(), sparse_q_.get(), s);
+  // The kernels' bf16 rows [T][Hq][D] in tree order to the backend's rows, and attention_at's f32
+  // rows to the halves.
+  const auto rows_out = [&] {
+    if (halves) {
+      cuda::rows_bf16_to_split(sparse_out_.get(), T, qd, order_dev_.get(), halves, halves + T * qd, s);
+    } else {
+      cuda::rows_bf16_to_f32(sparse_out_.get(), T, qd, order_dev_.get(), b.att.get(), s);
+    }
+  };
+  const auto split_att = [&] {
+    if (halves) cuda::f32_to_bf16_split(b.att.get(), T * qd, halves, halves + T * qd, s);
+  };
   std::string error;
   const auto failed = [&](const char* what) {
     return make_error("CUDA backend: layer " + std::to_string(l) + " " + what + ": " + error);
@@ -171,9 +186,10 @@ Status CudaSession::planned_attention(SparsePlan& p, int l, const cuda::PagedKvL
       if (!cuda::tree_attention_dense(pkv, tq, sparse_out_.get(), attn_ws_.get(), attn_ws_.size(), s, &error)) {
         return failed("dense tree attention");
       }
-      cuda::rows_bf16_to_f32(sparse_out_.get(), T, qd, order_dev_.get(), b.att.get(), s);
+      rows_out();
     } else {
       cuda::attention_at(b.qkv.get(), ld, T, c.n_heads, kv, step_dev, mask_dev, scale, b.att.get(), s, mem_->split);
+      split_att();
     }
     return p.cfg ? observe_selection(p, l, T, false, true) : Status{};
   }
@@ -194,10 +210,11 @@ Status CudaSession::planned_attention(SparsePlan& p, int l, const cuda::PagedKvL
     if (!cuda::tree_attention_sparse(pkv, tq, lists_, sparse_out_.get(), attn_ws_.get(), attn_ws_.size(), s, &error)) {
       return failed("sparse tree attention");
     }
-    cuda::rows_bf16_to_f32(sparse_out_.get(), T, qd, order_dev_.get(), b.att.get(), s);
+    rows_out();
   } else {
     cuda::attention_at(b.qkv.get(), ld, T, c.n_heads, kv, step_dev, mask_dev, scale, b.att.get(), s, mem_->split,
                        visible_.get());
+    split_att();
   }
   return observe_selection(p, l, T, reuse, false);
 }

@@ -997,8 +997,11 @@ bool run_tc(const bf16_bits* W, int64_t N, int64_t K, const float* X, int64_t ld
   return true;
 }
 
-__global__ void f32_to_bf16_split_kernel(const float* __restrict__ in, int64_t n, bf16_bits* __restrict__ hi,
-                                         bf16_bits* __restrict__ lo) {
+// The three conversions below run under programmatic launch (pdl.cuh): their inputs come from the
+// kernel before, so they are not `const __restrict__`, and they wait before the first load.
+__global__ void f32_to_bf16_split_kernel(const float* in, int64_t n, bf16_bits* hi, bf16_bits* lo) {
+  pdl_trigger();
+  pdl_wait();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const __nv_bfloat16 h = __float2bfloat16_rn(in[i]);
@@ -1007,8 +1010,9 @@ __global__ void f32_to_bf16_split_kernel(const float* __restrict__ in, int64_t n
   }
 }
 
-__global__ void add_split_halves_kernel(const float* __restrict__ y2, int64_t T, int64_t N, float* __restrict__ Y,
-                                        int64_t ldy, bool accumulate) {
+__global__ void add_split_halves_kernel(const float* y2, int64_t T, int64_t N, float* Y, int64_t ldy, bool accumulate) {
+  pdl_trigger();
+  pdl_wait();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < T * N;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t t = i / N, n = i % N;
@@ -1024,7 +1028,9 @@ unsigned grid_for(int64_t n) {
   return static_cast<unsigned>(blocks < 65535 ? blocks : 65535);
 }
 
-__global__ void f32_to_bf16_kernel(const float* __restrict__ in, int64_t n, bf16_bits* __restrict__ out) {
+__global__ void f32_to_bf16_kernel(const float* in, int64_t n, bf16_bits* out) {
+  pdl_trigger();
+  pdl_wait();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     out[i] = __bfloat16_as_ushort(__float2bfloat16_rn(in[i]));
@@ -1074,17 +1080,17 @@ bool skinny_gemm_tc_norm_swiglu(const bf16_bits* W, int64_t ffn, int64_t K, cons
 void add_split_halves(const float* y2, int64_t T, int64_t N, float* Y, int64_t ldy, bool accumulate,
                       cudaStream_t stream) {
   if (T <= 0 || N <= 0) return;
-  add_split_halves_kernel<<<grid_for(T * N), 256, 0, stream>>>(y2, T, N, Y, ldy, accumulate);
+  launch_pdl(add_split_halves_kernel, dim3(grid_for(T * N)), dim3(256), 0, stream, y2, T, N, Y, ldy, accumulate);
 }
 
 void f32_to_bf16_split(const float* in, int64_t n, bf16_bits* hi, bf16_bits* lo, cudaStream_t stream) {
   if (n <= 0) return;
-  f32_to_bf16_split_kernel<<<grid_for(n), 256, 0, stream>>>(in, n, hi, lo);
+  launch_pdl(f32_to_bf16_split_kernel, dim3(grid_for(n)), dim3(256), 0, stream, in, n, hi, lo);
 }
 
 void f32_to_bf16(const float* in, int64_t n, bf16_bits* out, cudaStream_t stream) {
   if (n <= 0) return;
-  f32_to_bf16_kernel<<<grid_for(n), 256, 0, stream>>>(in, n, out);
+  launch_pdl(f32_to_bf16_kernel, dim3(grid_for(n)), dim3(256), 0, stream, in, n, out);
 }
 
 }  // namespace specula::cuda

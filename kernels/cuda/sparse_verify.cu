@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "kernels/cuda/pdl.cuh"
+
 namespace specula::cuda {
 namespace {
 
@@ -12,17 +14,38 @@ constexpr int kThreads = 256;
 
 unsigned grid_of(int64_t n) { return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 4096)); }
 
-__global__ void q_rows_to_bf16_kernel(const float* __restrict__ qkv, int64_t ld, int64_t T, int64_t q_dim,
-                                      const int32_t* __restrict__ order, __nv_bfloat16* __restrict__ q) {
+// The row adapters run under programmatic launch (pdl.cuh) between the verify's RoPE, attention
+// and Wo GEMM: their inputs come from the kernel before, so they are not `const __restrict__`.
+__global__ void q_rows_to_bf16_kernel(const float* qkv, int64_t ld, int64_t T, int64_t q_dim, const int32_t* order,
+                                      __nv_bfloat16* q) {
+  pdl_trigger();
+  pdl_wait();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < T * q_dim; i += int64_t{gridDim.x} * blockDim.x) {
     q[i] = __float2bfloat16_rn(qkv[order[i / q_dim] * ld + i % q_dim]);
   }
 }
 
-__global__ void rows_bf16_to_f32_kernel(const __nv_bfloat16* __restrict__ in, int64_t T, int64_t width,
-                                        const int32_t* __restrict__ order, float* __restrict__ out) {
+__global__ void rows_bf16_to_f32_kernel(const __nv_bfloat16* in, int64_t T, int64_t width, const int32_t* order,
+                                        float* out) {
+  pdl_trigger();
+  pdl_wait();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < T * width; i += int64_t{gridDim.x} * blockDim.x) {
     out[order[i / width] * width + i % width] = __bfloat162float(in[i]);
+  }
+}
+
+// f32_to_bf16_split's arithmetic (skinny_gemm.cu) on rows_bf16_to_f32's value, so the halves are
+// those the two launches wrote (lo is +0 for every finite bf16 input).
+__global__ void rows_bf16_to_split_kernel(const __nv_bfloat16* in, int64_t T, int64_t width, const int32_t* order,
+                                          uint16_t* hi, uint16_t* lo) {
+  pdl_trigger();
+  pdl_wait();
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < T * width; i += int64_t{gridDim.x} * blockDim.x) {
+    const float f = __bfloat162float(in[i]);
+    const __nv_bfloat16 h = __float2bfloat16_rn(f);
+    const int64_t at = order[i / width] * width + i % width;
+    hi[at] = __bfloat16_as_ushort(h);
+    lo[at] = __bfloat16_as_ushort(__float2bfloat16_rn(f - __bfloat162float(h)));
   }
 }
 
@@ -43,7 +66,9 @@ __global__ void visibility_kernel(BlockLists lists, int kv_heads, int committed_
 }
 
 __global__ void listed_rows_kernel(BlockLists lists, int kv_heads, int64_t committed, int block_size,
-                                   unsigned long long* __restrict__ rows) {
+                                   unsigned long long* rows) {
+  pdl_trigger();
+  pdl_wait();  // the lists come from the selection just before
   const int group = blockIdx.x, kvh = blockIdx.y;
   const int count = lists.counts[group * kv_heads + kvh];
   const size_t base = (size_t(group) * kv_heads + kvh) * lists.max_blocks;
@@ -60,14 +85,20 @@ __global__ void listed_rows_kernel(BlockLists lists, int kv_heads, int64_t commi
 
 void q_rows_to_bf16(const float* qkv, int64_t ld, int64_t T, int64_t q_dim, const int32_t* order, uint16_t* q,
                     cudaStream_t stream) {
-  q_rows_to_bf16_kernel<<<grid_of(T * q_dim), kThreads, 0, stream>>>(qkv, ld, T, q_dim, order,
-                                                                     reinterpret_cast<__nv_bfloat16*>(q));
+  launch_pdl(q_rows_to_bf16_kernel, dim3(grid_of(T * q_dim)), dim3(kThreads), 0, stream, qkv, ld, T, q_dim, order,
+             reinterpret_cast<__nv_bfloat16*>(q));
 }
 
 void rows_bf16_to_f32(const uint16_t* in, int64_t T, int64_t width, const int32_t* order, float* out,
                       cudaStream_t stream) {
-  rows_bf16_to_f32_kernel<<<grid_of(T * width), kThreads, 0, stream>>>(reinterpret_cast<const __nv_bfloat16*>(in), T,
-                                                                       width, order, out);
+  launch_pdl(rows_bf16_to_f32_kernel, dim3(grid_of(T * width)), dim3(kThreads), 0, stream,
+             reinterpret_cast<const __nv_bfloat16*>(in), T, width, order, out);
+}
+
+void rows_bf16_to_split(const uint16_t* in, int64_t T, int64_t width, const int32_t* order, uint16_t* hi, uint16_t* lo,
+                        cudaStream_t stream) {
+  launch_pdl(rows_bf16_to_split_kernel, dim3(grid_of(T * width)), dim3(kThreads), 0, stream,
+             reinterpret_cast<const __nv_bfloat16*>(in), T, width, order, hi, lo);
 }
 
 void block_lists_to_visibility(const BlockLists& lists, int T, int kv_heads, int committed_blocks, const int32_t* order,
@@ -78,7 +109,8 @@ void block_lists_to_visibility(const BlockLists& lists, int T, int kv_heads, int
 
 void add_listed_rows(const BlockLists& lists, int kv_heads, int64_t committed, int block_size,
                      unsigned long long* rows, cudaStream_t stream) {
-  listed_rows_kernel<<<dim3(lists.groups, kv_heads), 128, 0, stream>>>(lists, kv_heads, committed, block_size, rows);
+  launch_pdl(listed_rows_kernel, dim3(lists.groups, kv_heads), dim3(128), 0, stream, lists, kv_heads, committed,
+             block_size, rows);
 }
 
 }  // namespace specula::cuda

@@ -21,6 +21,11 @@ void q_rows_to_bf16(const float* qkv, int64_t ld, int64_t T, int64_t q_dim, cons
 // backend's f32 rows.
 void rows_bf16_to_f32(const uint16_t* in, int64_t T, int64_t width, const int32_t* order, float* out,
                       cudaStream_t stream);
+// The same rows as the Wo GEMM's input halves (f32_to_bf16_split of rows_bf16_to_f32's output, in
+// one launch): hi[order[i]·width + :] = in[i·width + :], lo at the same places = the rounding
+// remainder (+0 for finite values). hi, lo: (T, width) bf16 each.
+void rows_bf16_to_split(const uint16_t* in, int64_t T, int64_t width, const int32_t* order, uint16_t* hi, uint16_t* lo,
+                        cudaStream_t stream);
 // visible[order[i]][h][b] = 1 iff the lists give node i committed block b (< committed_blocks) on
 // KV head h, else 0: the block_visible argument of attention_at (kernels/cuda/model_ops.h).
 // visible: [T][kv_heads][committed_blocks] uint8. Blocks at or past committed_blocks (the tree's

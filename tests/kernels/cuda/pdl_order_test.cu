@@ -9,11 +9,14 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/skinny_gemm.h"
+#include "kernels/cuda/sparse_verify.h"
 #include "tests/kernels/cuda/gpu_test_support.h"
 
 namespace specula::cuda {
@@ -84,6 +87,46 @@ TEST_F(PdlOrderTest, OneRowGemmsWaitForTheirInput) {
     check(Gemm::kNorm, 512, K);
     check(Gemm::kNormSwiGlu, 256, K);
   }
+}
+
+// The verify's row adapters and split conversions (programmatic launches since session 20): each
+// right after a late writer of its input must give the bits it gives once the input is in place.
+TEST_F(PdlOrderTest, RowAdaptersWaitForTheirInput) {
+  const int64_t T = 60, width = 4096, n = T * width;
+  std::vector<int32_t> order(static_cast<size_t>(T));
+  for (int64_t i = 0; i < T; ++i) order[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7) % T);
+  const auto src_host = random(static_cast<size_t>(n));  // n floats: also n bf16 pairs' worth of bits
+  float* src = upload(src_host);
+  float* in = upload(std::vector<float>(static_cast<size_t>(n), 7.0f));  // stale values
+  int32_t* d_order = upload(order);
+  auto* out_f = upload(std::vector<float>(static_cast<size_t>(n), 0.0f));
+  auto* out_h = upload(std::vector<uint16_t>(static_cast<size_t>(2 * n), 0));
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  const auto* in_bf16 = reinterpret_cast<const uint16_t*>(in);
+  const std::vector<std::pair<const char*, std::function<void()>>> adapters = {
+      {"q_rows_to_bf16", [&] { q_rows_to_bf16(in, width, T, width, d_order, out_h, s); }},
+      {"rows_bf16_to_f32", [&] { rows_bf16_to_f32(in_bf16, T, width, d_order, out_f, s); }},
+      {"rows_bf16_to_split", [&] { rows_bf16_to_split(in_bf16, T, width, d_order, out_h, out_h + n, s); }},
+      {"f32_to_bf16_split", [&] { f32_to_bf16_split(in, n, out_h, out_h + n, s); }},
+      {"add_split_halves", [&] { add_split_halves(in, T / 2, width, out_f, width, false, s); }},
+  };
+  set_programmatic_dependent_launch(true);
+  for (const auto& [name, run] : adapters) {
+    ASSERT_EQ(cudaMemcpy(in, std::vector<float>(static_cast<size_t>(n), 7.0f).data(), n * 4, cudaMemcpyHostToDevice),
+              cudaSuccess);
+    late_writer_kernel<<<4, 256, 0, s>>>(src, in, n, 100000);
+    run();
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    const auto raced_f = download(out_f, static_cast<size_t>(n));
+    const auto raced_h = download(out_h, static_cast<size_t>(2 * n));
+    run();
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    EXPECT_EQ(raced_f, download(out_f, static_cast<size_t>(n))) << name << " read its input before it was written";
+    EXPECT_EQ(raced_h, download(out_h, static_cast<size_t>(2 * n))) << name << " read its input before it was written";
+  }
+  cudaStreamDestroy(s);
+  for (void* p : std::initializer_list<void*>{src, in, d_order, out_f, out_h}) cudaFree(p);
 }
 
 }  // namespace
