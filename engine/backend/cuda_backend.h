@@ -53,7 +53,8 @@ struct CudaBackendOptions {
   // it pays). Off: cuBLAS (A/B timing; bench_cuda_decode --verify-gemm).
   bool verify_gemm = true;
   // Up to this many rows, large matrices' stacked products (Llama-8B's) take that kernel too; 0:
-  // never, the default (session 18 measured the 8B's verifies slower on it). bench_cuda_decode
+  // never, the default: on the 8B it wins 2-3% at 17-32 rows but loses at 13 and 48-61
+  // (bench/results/verify_gemm_large_rows_8b_s20_h200_2026-12-02.json). bench_cuda_decode
   // --verify-gemm-large-rows, for the A/B.
   int verify_gemm_large_rows = 0;
 };
