@@ -451,7 +451,8 @@ Status CudaSession::enqueue_forward(int64_t T, const uint8_t* mask_dev, LogitRow
                              kv, qd + kvd, step_dev, min_max_now, s);
       }
       if (plan) {
-        if (auto ok = planned_attention(*plan, static_cast<int>(l), kv, T, mask_dev, step_dev, split_ops ? halves : nullptr);
+        if (auto ok =
+                planned_attention(*plan, static_cast<int>(l), kv, T, mask_dev, step_dev, split_ops ? halves : nullptr);
             !ok) {
           return ok;
         }

@@ -9,8 +9,8 @@
 
 #include "engine/backend/cuda_session.h"
 #include "kernels/cuda/attention.h"
-#include "kernels/cuda/sparse_ffn.h"
 #include "kernels/cuda/skinny_gemm.h"
+#include "kernels/cuda/sparse_ffn.h"
 #include "kernels/cuda/sparse_verify.h"
 
 namespace specula {

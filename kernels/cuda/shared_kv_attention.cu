@@ -39,7 +39,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
                                const uint8_t* mask, float scale, float* out, const int32_t* step, AttentionSplit split,
                                const uint8_t* block_visible) {
   constexpr int kLanesPerRow = kHd / 8, kGroups = 32 / kLanesPerRow, kRowsPerLane = 32 / kGroups;
-  static_assert(kPairs < 32, "a lane's visibility is a 32-bit mask over the pairs, and (1 << n_pairs) - 1 its full set");
+  static_assert(kPairs < 32,
+                "a lane's visibility is a 32-bit mask over the pairs, and (1 << n_pairs) - 1 its full set");
   pdl_trigger();
   pdl_wait();
   const int64_t committed = step[kStepCommitted], first_new = step[kStepFirstNew];

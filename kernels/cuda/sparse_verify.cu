@@ -40,7 +40,8 @@ __global__ void rows_bf16_to_split_kernel(const __nv_bfloat16* in, int64_t T, in
                                           uint16_t* hi, uint16_t* lo) {
   pdl_trigger();
   pdl_wait();
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < T * width; i += int64_t{gridDim.x} * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < T * width;
+       i += int64_t{gridDim.x} * blockDim.x) {
     const float f = __bfloat162float(in[i]);
     const __nv_bfloat16 h = __float2bfloat16_rn(f);
     const int64_t at = order[i / width] * width + i % width;

@@ -87,7 +87,8 @@ TEST(CudaTreeAttentionKernels, AWholeVerifyMatchesTheVerifyWithoutThem) {
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
   std::mt19937_64 rng(seed);
   std::vector<int32_t> prompt(700);
-  for (auto& t : prompt) t = std::uniform_int_distribution<int32_t>(0, static_cast<int32_t>(config.vocab_size) - 1)(rng);
+  for (auto& t : prompt)
+    t = std::uniform_int_distribution<int32_t>(0, static_cast<int32_t>(config.vocab_size) - 1)(rng);
   // 41 rows: our wgmma GEMM (small matrices to 48 rows); 61: cuBLAS. Both on the split row ops.
   for (const int nodes : {40, 60}) {
     const DraftTree tree = random_tree(rng, nodes, config.vocab_size);
