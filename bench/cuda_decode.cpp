@@ -447,6 +447,11 @@ int main(int argc, char** argv) {
                  "stacked split-halves GEMMs on tuned cuBLASLt, else cublasGemmEx (true|false)");
   app.add_option("--verify-gemm", verify_gemm,
                  "stacked split-halves GEMMs on our wgmma kernel where the GPU runs it, else cuBLAS (true|false)");
+  int64_t tree_attention_from_context = specula::CudaBackendOptions{}.tree_attention_from_context;
+  app.add_option("--tree-attention-from-context", tree_attention_from_context,
+                 "with --tree-attention-kernels false: wide dense verifies take those kernels from this many "
+                 "committed rows on (0: never; default: the engine's)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   int verify_gemm_large_rows = 0;  // the engine's default
   app.add_option("--verify-gemm-large-rows", verify_gemm_large_rows,
                  "large matrices' stacked products also on that kernel up to this many rows (0: never)")
@@ -482,6 +487,7 @@ int main(int argc, char** argv) {
   options.cublaslt_tuned = cublaslt;
   options.verify_gemm = verify_gemm;
   options.verify_gemm_large_rows = verify_gemm_large_rows;
+  options.tree_attention_from_context = tree_attention_from_context;
   std::unique_ptr<specula::Model> model;
   std::unique_ptr<specula::CudaBackend> backend;
   std::vector<int32_t> prompt;
@@ -562,6 +568,7 @@ int main(int argc, char** argv) {
       {"cublaslt_tuned", cublaslt},
       {"verify_gemm", verify_gemm},
       {"verify_gemm_large_rows", verify_gemm_large_rows},
+      {"tree_attention_from_context", tree_attention_from_context},
       {"shared_kv_attention", shared_kv},
       {"shared_kv_pairs", shared_kv_pairs},
       {"shared_kv_min_blocks", shared_kv_min_blocks},

@@ -28,6 +28,11 @@ struct CudaBackendOptions {
   // 106 ms at 32K on attention_at (shared_kv_attention_s19_h200_2026-12-02.json).
   // Sparse verifies of such caches always use the tree-attention kernels.
   bool tree_attention_kernels = false;
+  // With tree_attention_kernels off, a dense verify whose projections already left the exact
+  // path (the QKV GEMM on the stacked split halves: more rows than Impl::kExactVerifyRows*, so
+  // its rows are close to the decode step's but not its bits) takes those kernels from this many
+  // committed rows on; 0: never. bench_cuda_decode --tree-attention-from-context, for the A/B.
+  int64_t tree_attention_from_context = 0;
   // A decode step's RoPE, K/V append and attention in one launch (kernels/cuda/decode_attention.h)
   // instead of two; the same results. Off: the two launches (for A/B timing and ruling it out).
   bool fused_decode_attention = true;

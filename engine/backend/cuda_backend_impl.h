@@ -235,6 +235,7 @@ struct CudaBackend::Impl {
   bool cublaslt_tuned = false;                                              // CudaBackendOptions
   bool verify_gemm = true;                                                  // CudaBackendOptions
   int64_t verify_gemm_large_rows = 0;                                       // CudaBackendOptions
+  int64_t tree_attention_from_context = 0;                                  // CudaBackendOptions
   LtGemm lt;
   void set_options(const CudaBackendOptions& o) {
     cuda_graphs = o.cuda_graphs;
@@ -245,6 +246,7 @@ struct CudaBackend::Impl {
     cublaslt_tuned = o.cublaslt_tuned;
     verify_gemm = o.verify_gemm;
     verify_gemm_large_rows = o.verify_gemm_large_rows;
+    tree_attention_from_context = o.tree_attention_from_context;
   }
   int32_t* host_ids = nullptr;         // pinned staging: tokens (T), positions (T), step (committed, first_new)
   uint8_t* host_mask = nullptr;        // pinned, scratch_T²

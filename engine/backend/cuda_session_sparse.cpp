@@ -31,7 +31,12 @@ Status CudaSession::plan_tree_verify(int64_t T, const AttentionMask* mask, int64
   const int64_t nb = (committed_ + B_ - 1) / B_;
   const int64_t k = sparse ? kept_blocks(*sparse, committed_, static_cast<int>(B_)) : nb;
   const bool sparse_active = sparse && sparse->attention && committed_ > 0 && k < nb;
-  const bool dense_fast = !sparse_active && b_->tree_attention_kernels && mask && fast_shape && committed_ > 0;
+  // A wide verify already off the exact path may take the kernels at long contexts
+  // (CudaBackendOptions::tree_attention_from_context).
+  const bool wide_and_long = b_->tree_attention_from_context > 0 && committed_ >= b_->tree_attention_from_context &&
+                             b_->stacked(b_->qkv_dim(), c.dim, T);
+  const bool dense_fast = !sparse_active && (b_->tree_attention_kernels || wide_and_long) && mask && fast_shape &&
+                          committed_ > 0;
   if (!sparse_active && !dense_fast) return {};
   if (sparse_active && T > cuda::kAttnMaxNodes) {
     return make_error("forward: sparse verification on the CUDA backend takes at most " +

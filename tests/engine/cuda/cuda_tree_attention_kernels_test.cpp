@@ -1,7 +1,8 @@
 // The tree-attention kernels inside a whole tree verify (CudaBackendOptions::tree_attention_kernels,
 // head_dim 128): the planned path's queries to bf16, the kernels, and their rows back into the Wo
 // GEMM's input halves, against the same backend with the kernels off (attention_at on f32
-// queries, itself checked against the CPU in cuda_backend_test.cpp). A small synthetic model of
+// queries, itself checked against the CPU in cuda_backend_test.cpp), and the wide-verify route
+// (CudaBackendOptions::tree_attention_from_context) on the same bits. A small synthetic model of
 // Llama-3.1's layout (random weights, for this check only) keeps it fast; both backends draw the
 // same weights from one seed, which the prefill's equal bits confirm.
 #include <gtest/gtest.h>
@@ -82,6 +83,10 @@ TEST(CudaTreeAttentionKernels, AWholeVerifyMatchesTheVerifyWithoutThem) {
   ASSERT_TRUE(with) << with.error().message;
   auto without = make_synthetic_cuda_backend(config, 11, off);
   ASSERT_TRUE(without) << without.error().message;
+  CudaBackendOptions wide = off;  // the kernels for wide verifies only, from 1 committed row on
+  wide.tree_attention_from_context = 1;
+  auto wide_only = make_synthetic_cuda_backend(config, 11, wide);
+  ASSERT_TRUE(wide_only) << wide_only.error().message;
 
   const uint64_t seed = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
@@ -100,7 +105,14 @@ TEST(CudaTreeAttentionKernels, AWholeVerifyMatchesTheVerifyWithoutThem) {
     // bf16 queries move each score by ~2^-9 relative; over 3 layers that is ~1e-3.
     EXPECT_LT(err, 1e-2) << nodes << " nodes";
     EXPECT_GT(err, 0.0) << nodes << " nodes: the same bits, so the kernels were not used";
+    // A wide verify (stacked GEMMs) takes the kernels under tree_attention_from_context too.
+    EXPECT_EQ(run(**wide_only, prompt, tree).logits, a.logits) << nodes << " nodes";
   }
+  // A narrow one (7 rows: the exact GEMMs) keeps attention_at's bits.
+  const DraftTree narrow = random_tree(rng, 6, config.vocab_size);
+  EXPECT_EQ(run(**wide_only, prompt, narrow).logits, run(**without, prompt, narrow).logits);
+  EXPECT_NE(run(**with, prompt, narrow).logits, run(**without, prompt, narrow).logits)
+      << "the forced kernels did not change a narrow verify";
 }
 
 }  // namespace
