@@ -13,11 +13,14 @@
 //     --long-verify, 5 dense and 5 first-query sparse ones (SESSION.verify_dense, _sparse_first).
 //  3. With --long-verify CONTEXT: one tree verify (--long-verify-nodes, default 60 nodes: 6 x 3 x 2
 //     under the pending token) at CONTEXT committed tokens, dense and sparse (--sparse-eta,
-//     --sparse-dense-below, each query mode), against the byte floor (weights + KV read) over
+//     --sparse-dense-below, each query mode; --long-verify-sparse false: dense only), against
+//     the byte floor (weights + KV read) over
 //     the measured device copy bandwidth. The KV cache is filled with random values by a
 //     bench-only hook (cuda_fill_kv_random_for_bench), not by a prefill: the logits are
 //     meaningless, only the time is measured. Dense verifies use the tree-attention kernels
-//     (CudaBackendOptions::tree_attention_kernels) unless --tree-attention-kernels false.
+//     (CudaBackendOptions::tree_attention_kernels) unless --tree-attention-kernels false. Both
+//     options take lists: every context with every tree size, in one process (the profile of
+//     step 2 covers the first pair only).
 // --synthetic NAME times random weights in a real model's shapes; the output says "synthetic".
 // Prints one JSON object (device, driver, commit, command, results); --out writes it too.
 #include <CLI/CLI.hpp>
@@ -241,8 +244,8 @@ void print_top_kernels(const char* what, const nlohmann::json& profile, size_t n
 // warm-ups, each rolled back; times are host wall time around forward(), which ends when the
 // logits are on the host.
 specula::Expected<nlohmann::json> time_long_verify(specula::CudaBackend& backend, int64_t context, int nodes,
-                                                   double eta, int64_t dense_below, const std::string& profile_path,
-                                                   bool pdl) {
+                                                   double eta, int64_t dense_below, bool sparse_modes,
+                                                   const std::string& profile_path, bool pdl) {
   using namespace specula;
   const auto& c = backend.config();
   const int64_t V = c.vocab_size;
@@ -317,6 +320,7 @@ specula::Expected<nlohmann::json> time_long_verify(specula::CudaBackend& backend
   };
   if (auto s = time_one(SparseConfig{}, "dense"); !s) return s.error();
   for (QueryMode mode : {QueryMode::kFirst, QueryMode::kPerQuery, QueryMode::kGroupUnion, QueryMode::kGroupShared}) {
+    if (!sparse_modes) break;
     SparseConfig sparse = *sparse_preset("sa");
     sparse.eta = eta;
     sparse.dense_below = dense_below;
@@ -421,15 +425,20 @@ int main(int argc, char** argv) {
   int verify_reps = 50;
   app.add_option("--verify-reps", verify_reps, "timed verifies per tree size (after 5 warm-ups)")
       ->check(CLI::Range(1, 1000));
-  int64_t long_context = 0;
-  int long_nodes = 60;
+  std::vector<int64_t> long_contexts;
+  std::vector<int> long_nodes = {60};
+  bool long_sparse = true;
   double sparse_eta = 0.1;
   int64_t sparse_dense_below = 1024;
   bool tree_kernels = true;
-  app.add_option("--long-verify", long_context, "also time a tree verify at this many committed tokens (random KV)")
+  app.add_option("--long-verify", long_contexts,
+                 "also time a tree verify at each of these many committed tokens (random KV)")
       ->check(CLI::Range(int64_t{1024}, int64_t{1} << 20));
-  app.add_option("--long-verify-nodes", long_nodes, "draft nodes of that verify (6 x 3 x 2 tree cut to this size)")
+  app.add_option("--long-verify-nodes", long_nodes,
+                 "draft nodes of those verifies (6 x 3 x 2 tree cut to each of these sizes; default 60)")
       ->check(CLI::Range(1, 63));
+  app.add_option("--long-verify-sparse", long_sparse,
+                 "also time those verifies sparse, in each query mode (true|false; false: dense only)");
   app.add_option("--sparse-eta", sparse_eta, "eta of the sparse verifies")->check(CLI::Range(0.001, 1.0));
   app.add_option("--sparse-dense-below", sparse_dense_below, "L_b of the sparse verifies");
   app.add_option("--tree-attention-kernels", tree_kernels, "dense verifies on the tree-attention kernels (true|false)");
@@ -480,7 +489,7 @@ int main(int argc, char** argv) {
   specula::cuda::set_shared_kv_attention_min_blocks(shared_kv_min_blocks);
   specula::CudaBackendOptions options;
   options.cuda_graphs = graphs;
-  options.tree_attention_kernels = long_context > 0 && tree_kernels;
+  options.tree_attention_kernels = !long_contexts.empty() && tree_kernels;
   options.fused_decode_attention = fused_attention;
   options.layer_route = routes.at(layer_route);
   options.head_route = routes.at(head_route);
@@ -687,11 +696,22 @@ int main(int argc, char** argv) {
     results["verify"] = verifies;
   }
 
-  if (long_context > 0) {
-    auto long_verify =
-        time_long_verify(*backend, long_context, long_nodes, sparse_eta, sparse_dense_below, profile_path, pdl);
-    if (!long_verify) return fail(long_verify.error().message);
-    results["long_verify"] = *long_verify;
+  // One context and one tree size: results.long_verify, as before; several: results.long_verifies,
+  // one record per pair, the contexts outermost.
+  nlohmann::json long_verifies = nlohmann::json::array();
+  for (const int64_t context : long_contexts) {
+    for (const int nodes : long_nodes) {
+      const bool first = long_verifies.empty();  // only the first pair is profiled
+      auto long_verify = time_long_verify(*backend, context, nodes, sparse_eta, sparse_dense_below, long_sparse,
+                                          first ? profile_path : std::string(), pdl);
+      if (!long_verify) return fail(long_verify.error().message);
+      long_verifies.push_back(*long_verify);
+    }
+  }
+  if (long_verifies.size() == 1) {
+    results["long_verify"] = long_verifies[0];
+  } else if (!long_verifies.empty()) {
+    results["long_verifies"] = long_verifies;
   }
 
   if (!profile_path.empty()) {

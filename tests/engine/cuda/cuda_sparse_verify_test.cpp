@@ -86,6 +86,19 @@ class CudaSparseVerify : public testing::DefaultModelOnGpu {
     return t;
   }
 
+  // A tree of `nodes` random tokens, each node's parent drawn among the root and the nodes
+  // before it (seeded): wide enough that a verify leaves the exact path of small ones.
+  DraftTree random_wide_tree(uint64_t seed, int nodes) const {
+    std::mt19937_64 rng(seed);
+    std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(model_->config.vocab_size) - 1);
+    DraftTree t;
+    for (int i = 0; i < nodes; ++i) {
+      const int parent = std::uniform_int_distribution<int>(-1, i - 1)(rng);
+      EXPECT_TRUE(t.add_child(parent < 0 ? kDraftRoot : parent, token(rng), 0.5f).ok());
+    }
+    return t;
+  }
+
   struct Verify {
     std::vector<float> logits;
     SparseStats stats;
@@ -177,6 +190,35 @@ TEST_F(CudaSparseVerify, LogitsAndSelectionsMatchTheCpuInEveryQueryMode) {
       EXPECT_LT(gpu_share, 0.8) << "the CUDA verify read nearly everything";
     }
     EXPECT_GT(gpu.stats.kv_bytes_dense, 0);
+  }
+}
+
+// A 40-node tree (41 rows): past Impl::kExactVerifyRowsSmall, so the projections run on the
+// stacked split halves and the tree-attention rows go straight into the Wo GEMM's halves
+// (rows_bf16_to_split), a route the 9-node tree above never takes.
+TEST_F(CudaSparseVerify, AWideTreeMatchesTheCpuInTheFirstQueryAndGroupUnionModes) {
+  const uint64_t seed = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  const DraftTree tree = random_wide_tree(seed, 40);
+  ASSERT_EQ(tree.size(), 40);
+  for (QueryMode mode : {QueryMode::kFirst, QueryMode::kGroupUnion}) {
+    const SparseConfig c = config(mode, 0.2);
+    const Verify cpu = verify(*cpu_, c, tree);
+    const Verify gpu = verify(*cuda_, c, tree);
+    ASSERT_EQ(cpu.logits.size(), gpu.logits.size());
+    const double err = rel_l2(gpu.logits, cpu.logits);
+    std::printf("%-12s 41 rows: logits rel L2 %.3e\n", std::string(to_string(mode)).c_str(), err);
+    EXPECT_GT(err, 0.0) << "bit-equal logits from two backends: is the CUDA side running at all?";
+    EXPECT_LT(err, 4e-2) << to_string(mode);
+    // Both count the bytes their mode must read, in the same proportions (see above).
+    const double cpu_share =
+        static_cast<double>(cpu.stats.kv_bytes_read) / static_cast<double>(cpu.stats.kv_bytes_dense);
+    const double gpu_share =
+        static_cast<double>(gpu.stats.kv_bytes_read) / static_cast<double>(gpu.stats.kv_bytes_dense);
+    EXPECT_NEAR(gpu_share, cpu_share, 0.1 * cpu_share) << to_string(mode);
+    if (mode == QueryMode::kFirst) {
+      EXPECT_LT(gpu_share, 0.8) << "the CUDA verify read nearly everything";
+    }
   }
 }
 
