@@ -433,7 +433,7 @@ int main(int argc, char** argv) {
   bool tree_kernels = true;
   app.add_option("--long-verify", long_contexts,
                  "also time a tree verify at each of these many committed tokens (random KV)")
-      ->check(CLI::Range(int64_t{1024}, int64_t{1} << 20));
+      ->check(CLI::Range(int64_t{16}, int64_t{1} << 20));
   app.add_option("--long-verify-nodes", long_nodes,
                  "draft nodes of those verifies (6 x 3 x 2 tree cut to each of these sizes; default 60)")
       ->check(CLI::Range(1, 63));
