@@ -32,7 +32,11 @@ struct CudaBackendOptions {
   // path (the QKV GEMM on the stacked split halves: more rows than Impl::kExactVerifyRows*, so
   // its rows are close to the decode step's but not its bits) takes those kernels from this many
   // committed rows on; 0: never. bench_cuda_decode --tree-attention-from-context, for the A/B.
-  int64_t tree_attention_from_context = 0;
+  // 256: on the H200 in the Llama-8B shape, against attention_at, the kernels lose 4-5% at 64
+  // committed rows with 9-17 rows verified, break even at 256 (0.997-1.15x), win from 512 on and
+  // by 9.6-13x at 16K-32K with 61 rows
+  // (bench/results/tree_attention_crossover_8b_s21_h200_2026-12-02.json).
+  int64_t tree_attention_from_context = 256;
   // A decode step's RoPE, K/V append and attention in one launch (kernels/cuda/decode_attention.h)
   // instead of two; the same results. Off: the two launches (for A/B timing and ruling it out).
   bool fused_decode_attention = true;

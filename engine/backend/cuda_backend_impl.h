@@ -235,7 +235,7 @@ struct CudaBackend::Impl {
   bool cublaslt_tuned = false;                                              // CudaBackendOptions
   bool verify_gemm = true;                                                  // CudaBackendOptions
   int64_t verify_gemm_large_rows = 0;                                       // CudaBackendOptions
-  int64_t tree_attention_from_context = 0;                                  // CudaBackendOptions
+  int64_t tree_attention_from_context = 256;                                // CudaBackendOptions
   LtGemm lt;
   void set_options(const CudaBackendOptions& o) {
     cuda_graphs = o.cuda_graphs;

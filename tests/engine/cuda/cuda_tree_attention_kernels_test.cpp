@@ -79,12 +79,17 @@ TEST(CudaTreeAttentionKernels, AWholeVerifyMatchesTheVerifyWithoutThem) {
   CudaBackendOptions on, off;
   on.tree_attention_kernels = true;
   off.tree_attention_kernels = false;
+  off.tree_attention_from_context = 0;
   auto with = make_synthetic_cuda_backend(config, 11, on);
   ASSERT_TRUE(with) << with.error().message;
   auto without = make_synthetic_cuda_backend(config, 11, off);
   ASSERT_TRUE(without) << without.error().message;
-  CudaBackendOptions wide = off;  // the kernels for wide verifies only, from 1 committed row on
-  wide.tree_attention_from_context = 1;
+  // The defaults: the kernels for wide verifies only, from 256 committed rows on (the prompt
+  // below is longer).
+  const CudaBackendOptions wide;
+  ASSERT_FALSE(wide.tree_attention_kernels);
+  ASSERT_GT(wide.tree_attention_from_context, 0);
+  ASSERT_LT(wide.tree_attention_from_context, 700);
   auto wide_only = make_synthetic_cuda_backend(config, 11, wide);
   ASSERT_TRUE(wide_only) << wide_only.error().message;
 
