@@ -37,6 +37,9 @@ int main(int argc, char** argv) {
   int iterations = 20, batch_calls = 50, q_heads = 32, kv_heads = 8, top_k = 128, group_size = 8;
   double keep_fraction = 0;  // > 0: top_k = ceil(keep_fraction · committed blocks) instead of --top-k
   bool dense_only = false;
+  // Which kernels run: "dense" and the sparse modes by query_mode_name (a profiler run picks one).
+  const std::vector<std::string> all_kernels = {"dense", "per_query", "first_query", "group_union", "group_shared"};
+  std::vector<std::string> kernels = all_kernels;
   CLI::App app{"bench_attention: tree-verify attention (dense and sparse) bandwidth"};
   app.add_option("--commit", commit);
   app.add_option("--out", out_path);
@@ -52,8 +55,12 @@ int main(int argc, char** argv) {
   app.add_option("--keep-fraction", keep_fraction,
                  "blocks kept by score as a share of the context's (plus sink, local, tree)")
       ->check(CLI::Range(0.0, 1.0));
-  app.add_flag("--dense-only", dense_only, "skip block selection and the sparse kernels");
+  app.add_flag("--dense-only", dense_only, "skip block selection and the sparse kernels (--kernels dense)");
+  app.add_option("--kernels", kernels, "which of dense, per_query, first_query, group_union, group_shared run")
+      ->check(CLI::IsMember(all_kernels));
   CLI11_PARSE(app, argc, argv);
+  if (dense_only) kernels = {"dense"};
+  auto runs = [&](const std::string& name) { return std::find(kernels.begin(), kernels.end(), name) != kernels.end(); };
   if (q_heads % kv_heads != 0) {
     std::fprintf(stderr, "bench_attention: --q-heads must be a multiple of --kv-heads\n");
     return 2;
@@ -106,9 +113,8 @@ int main(int argc, char** argv) {
       TreeQueries tq{q, anc, nodes, q_heads, ctx, p.scale};
       const int nblocks = (ctx + nodes + kAttnBlockSize - 1) / kAttnBlockSize;
       const double io_bytes = 2.0 * nodes * q_heads * kAttnHeadDim * 2 + nodes * 8.0;  // q, out, ancestors
-      double dense_ms = 0;
-      // Dense.
-      {
+      double dense_ms = 0;  // 0: dense not run (the sparse rows then have no dense_over_total)
+      if (runs("dense")) {
         const size_t ws_bytes = attention_workspace_bytes(tq, kv_heads, 1, nodes, nblocks);
         void* ws = dalloc(ws_bytes);
         const double ms = median_ms(
@@ -138,9 +144,9 @@ int main(int argc, char** argv) {
         cudaFree(ws);
       }
       // Sparse: selection, then attention over the lists, per mode.
-      if (dense_only) continue;
       for (QueryMode mode :
            {QueryMode::kPerQuery, QueryMode::kFirstQuery, QueryMode::kGroupUnion, QueryMode::kGroupShared}) {
+        if (!runs(query_mode_name(mode))) continue;
         SelectParams sp;
         sp.mode = mode;
         sp.group_size = group_size;
@@ -184,20 +190,26 @@ int main(int argc, char** argv) {
                        error);
             },
             iterations);
+        const double attn_batch_ms = batched_ms(
+            [&](int i) {
+              check_ok(tree_attention_sparse(kv_of(i % copies), tq, lists, out, aws, aws_bytes, nullptr, &error),
+                       error);
+            },
+            batch_calls, 5);
         const auto [unique_bytes, loaded_bytes, list_bytes] =
             sparse_read_bytes(unique, loaded, double(groups) * kv_heads, kBlockBytes, io_bytes);
         const int selectors = (nodes + selector_stride(tq, sp) - 1) / selector_stride(tq, sp);
         const double select_bytes = 2.0 * nblocks * kv_heads * kAttnHeadDim * 2 + nblocks * 4.0 +
                                     selectors * (q_heads * kAttnHeadDim * 2.0) + list_bytes;
-        rows.push_back({{"kernel", std::string("sparse_") + query_mode_name(mode)},
+        nlohmann::json row = {{"kernel", std::string("sparse_") + query_mode_name(mode)},
                         {"context", ctx},
                         {"nodes", nodes},
                         {"top_k", sp.top_k},
                         {"group_size", gs},
                         {"ms", attn_ms},
+                        {"ms_batched", attn_batch_ms},
                         {"select_ms", select_ms},
                         {"total_ms", select_ms + attn_ms},
-                        {"dense_over_total", dense_ms / (select_ms + attn_ms)},
                         {"blocks_loaded_per_kv_head", loaded / kv_heads},
                         {"blocks_unique_per_kv_head", unique / kv_heads},
                         {"bytes_unique", unique_bytes},
@@ -206,7 +218,9 @@ int main(int argc, char** argv) {
                         {"fraction_of_copy", unique_bytes / attn_ms / 1e6 / copy_GBps},
                         {"GBps_loaded", loaded_bytes / attn_ms / 1e6},
                         {"select_bytes", select_bytes},
-                        {"select_GBps", select_bytes / select_ms / 1e6}});
+                        {"select_GBps", select_bytes / select_ms / 1e6}};
+        if (dense_ms > 0) row["dense_over_total"] = dense_ms / (select_ms + attn_ms);
+        rows.push_back(row);
         std::fprintf(stderr,
                      "%-13s ctx=%d nodes=%d attn %.4f ms %.0f GB/s unique (%.0f%%), %.0f GB/s loaded; select %.4f ms; "
                      "dense / (select + attn) %.2fx\n",
@@ -246,7 +260,7 @@ int main(int argc, char** argv) {
       {"keep_fraction", keep_fraction},
       {"timing",
        "ms (primary, per-call latency): median of --iterations CUDA-event-timed calls after 3 warm-ups, each "
-       "call's host launch latency included; dense ms_batched (secondary, the kernels' own GPU time): median "
+       "call's host launch latency included; ms_batched (secondary, the kernels' own GPU time): median "
        "of 5 batches of --batch-calls back-to-back calls between two events, divided by --batch-calls "
        "(launches overlap the previous call's tail); KV pool copies rotate past L2 in both"},
       {"rows", rows},
