@@ -90,9 +90,7 @@ __global__ void __launch_bounds__(WG * 128 + 32 * ws::kProducerWarps, 1)
   // all masked, and writes the empty partial (max -inf, sum 0, O 0) the merge expects.
   const int n_stages = max(1, (range.n_entries + NB - 1) / NB);
 
-  load_q(a, qs, cta_row0, kvh, node0, gqa, blockDim.x);
-  fence_proxy_async();
-  __syncthreads();  // Q and the barriers' init visible to all
+  __syncthreads();  // the barriers' init visible to all
 
   if (warp >= consumer_warps) {
     // Producer: lane b < NB of its first warp loads block b of each stage (K and V, two 64-dim
@@ -117,7 +115,12 @@ __global__ void __launch_bounds__(WG * 128 + 32 * ws::kProducerWarps, 1)
     return;
   }
 
-  // Consumers: warpgroup wgi, warp-in-CTA `warp` owns rows row0 .. row0 + 15.
+  // Consumers: Q while the producer's first stages load (a short sparse list's CTA runs only a
+  // few stages, so each round trip before the first MMA shows), then warpgroup wgi, warp-in-CTA
+  // `warp` owns rows row0 .. row0 + 15.
+  load_q(a, qs, cta_row0, kvh, node0, gqa, consumer_warps * 32);
+  fence_proxy_async();                                                                  // for wgmma's reads
+  asm volatile("bar.sync 1, %0;\n" ::"r"(consumer_warps * 32) : "memory");  // Q from every consumer
   hopper::set_max_regs_inc<ws::consumer_regs(WG)>();
   const int wgi = warp / 4, g = lane / 4, t = lane % 4;
   const int row0 = cta_row0 + warp * 16;
@@ -127,6 +130,7 @@ __global__ void __launch_bounds__(WG * 128 + 32 * ws::kProducerWarps, 1)
     const int row = row0 + g + 8 * r, local = row / gqa;
     row_node[r] = row < a.rows && node0 + local < a.nodes ? node0 + local : -1;
   }
+  const uint64_t need = warp_nodes(row_node);
   float o[64];  // O: 16 dim tiles of 8, o[4i..4i+3] as the m16n8 accumulator
 #pragma unroll
   for (int i = 0; i < 64; ++i) o[i] = 0.f;
@@ -161,7 +165,7 @@ __global__ void __launch_bounds__(WG * 128 + 32 * ws::kProducerWarps, 1)
   // The online softmax of s (masks from the slot's metadata); returns whether O needs alpha.
   auto softmax = [&](int slot) {
     int logical[NB];
-    const bool whole = read_stage(a, meta_logical + slot * NB, logical);
+    const bool whole = read_stage(a, meta_logical + slot * NB, meta_members + slot * NB, need, logical);
     return softmax_step<NB>(s, a, logical, meta_members + slot * NB, whole, row_node, t, m_run, l_run, alpha);
   };
   auto pack = [&] {
