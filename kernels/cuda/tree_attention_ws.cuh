@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(WG * 128 + 32 * ws::kProducerWarps, 1)
   // few stages, so each round trip before the first MMA shows), then warpgroup wgi, warp-in-CTA
   // `warp` owns rows row0 .. row0 + 15.
   load_q(a, qs, cta_row0, kvh, node0, gqa, consumer_warps * 32);
-  fence_proxy_async();                                                                  // for wgmma's reads
+  fence_proxy_async();                                                      // for wgmma's reads
   asm volatile("bar.sync 1, %0;\n" ::"r"(consumer_warps * 32) : "memory");  // Q from every consumer
   hopper::set_max_regs_inc<ws::consumer_regs(WG)>();
   const int wgi = warp / 4, g = lane / 4, t = lane % 4;
