@@ -90,7 +90,9 @@ __global__ void __launch_bounds__(WG * 128 + 32 * ws::kProducerWarps, 1)
   // all masked, and writes the empty partial (max -inf, sum 0, O 0) the merge expects.
   const int n_stages = max(1, (range.n_entries + NB - 1) / NB);
 
-  __syncthreads();  // the barriers' init visible to all
+  load_q(a, qs, cta_row0, kvh, node0, gqa, blockDim.x);
+  fence_proxy_async();
+  __syncthreads();  // Q and the barriers' init visible to all
 
   if (warp >= consumer_warps) {
     // Producer: lane b < NB of its first warp loads block b of each stage (K and V, two 64-dim
@@ -115,12 +117,7 @@ __global__ void __launch_bounds__(WG * 128 + 32 * ws::kProducerWarps, 1)
     return;
   }
 
-  // Consumers: Q while the producer's first stages load (a short sparse list's CTA runs only a
-  // few stages, so each round trip before the first MMA shows), then warpgroup wgi, warp-in-CTA
-  // `warp` owns rows row0 .. row0 + 15.
-  load_q(a, qs, cta_row0, kvh, node0, gqa, consumer_warps * 32);
-  fence_proxy_async();                                                      // for wgmma's reads
-  asm volatile("bar.sync 1, %0;\n" ::"r"(consumer_warps * 32) : "memory");  // Q from every consumer
+  // Consumers: warpgroup wgi, warp-in-CTA `warp` owns rows row0 .. row0 + 15.
   hopper::set_max_regs_inc<ws::consumer_regs(WG)>();
   const int wgi = warp / 4, g = lane / 4, t = lane % 4;
   const int row0 = cta_row0 + warp * 16;
