@@ -86,37 +86,16 @@ __device__ __forceinline__ void fetch_entry(const KernelArgs& a, const ChunkRang
   if (a.list_blocks && want_members) members = a.list_members[r.list_base + r.begin + entry];
 }
 
-// The nodes whose rows a warp computes (bit n: node n; -1 entries are padding rows), the same
-// value in every lane: what read_stage asks of a sparse stage's members.
-template <int N>
-__device__ __forceinline__ uint64_t warp_nodes(const int (&nodes)[N]) {
-  uint64_t mine = 0;
-#pragma unroll
-  for (int i = 0; i < N; ++i) mine |= nodes[i] >= 0 ? 1ull << nodes[i] : 0ull;
-  const uint32_t lo = __reduce_or_sync(0xffffffffu, static_cast<uint32_t>(mine));
-  const uint32_t hi = __reduce_or_sync(0xffffffffu, static_cast<uint32_t>(mine >> 32));
-  return uint64_t{hi} << 32 | lo;
-}
-
 // A stage's logical block ids (-1: absent) from its slot's metadata, and whether the stage is
-// whole for a warp: every block present and wholly in the committed prefix, and (sparse lists)
-// listed for every node of the warp's rows (`need`, warp_nodes), so no key of the warp needs a
-// mask (block presence, sparse membership, context end, tree ancestors). A first-query or
-// group-shared list holds every node of its group, so all its committed stages but a partial last
-// one are whole: the per-score mask had made each sparse stage cost ~2x a dense one
-// (attention_notes.md, 12-07).
+// whole: every block present, wholly in the committed prefix, of a dense list, so no key needs a
+// mask (block presence, sparse membership, context end, tree ancestors).
 template <int NB>
-__device__ __forceinline__ bool read_stage(const KernelArgs& a, const int32_t* slot_logical,
-                                           const uint64_t* slot_members, uint64_t need, int (&logical)[NB]) {
+__device__ __forceinline__ bool read_stage(const KernelArgs& a, const int32_t* slot_logical, int (&logical)[NB]) {
 #pragma unroll
   for (int b = 0; b < NB; ++b) logical[b] = slot_logical[b];
-  bool whole = true;
+  bool whole = a.list_blocks == nullptr;
 #pragma unroll
   for (int b = 0; b < NB; ++b) whole = whole && logical[b] >= 0 && (logical[b] + 1) * B <= a.prefix_len;
-  if (a.list_blocks) {
-#pragma unroll
-    for (int b = 0; b < NB; ++b) whole = whole && (slot_members[b] & need) == need;
-  }
   return whole;
 }
 
@@ -235,11 +214,6 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
     }
   }
 
-  int row_nodes[2 * MT];
-#pragma unroll
-  for (int m = 0; m < MT; ++m) row_nodes[2 * m] = row_node[m][0], row_nodes[2 * m + 1] = row_node[m][1];
-  const uint64_t need = warp_nodes(row_nodes);
-
   float o[MT][16][4];
 #pragma unroll
   for (int m = 0; m < MT; ++m)
@@ -264,7 +238,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
 
     const int slot = st % STAGES;
     int logical[NB];
-    const bool whole = read_stage(a, meta_logical + slot * NB, meta_members + slot * NB, need, logical);
+    const bool whole = read_stage(a, meta_logical + slot * NB, logical);
 
     // The stage's blocks in steps of NBC: QK^T, one softmax update, PV per step.
 #pragma unroll
