@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <set>
 
@@ -265,6 +266,13 @@ int main(int argc, char** argv) {
        "(launches overlap the previous call's tail); KV pool copies rotate past L2 in both"},
       {"rows", rows},
   };
+  // The kernels' A/B switches (kernels/cuda/tree_attention.cu), so a result says which path it timed.
+  nlohmann::json switches = nlohmann::json::object();
+  for (const char* name : {"SPECULA_TREE_ATTN", "SPECULA_TREE_ATTN_PER_SM", "SPECULA_SPARSE_WHOLE_STAGES"}) {
+    const char* value = std::getenv(name);
+    switches[name] = value ? nlohmann::json(value) : nlohmann::json(nullptr);
+  }
+  result["switches"] = switches;
   result.update(copy.json());
   std::puts(result.dump(2).c_str());
   if (!out_path.empty()) std::ofstream(out_path) << result.dump(2) << "\n";

@@ -51,6 +51,7 @@ struct KernelArgs {
   int stage_blocks;          // a chunk's entries come in whole stages of this many blocks (the variant's NB)
   int cta_rows, row_splits;  // rows a CTA covers; CTAs splitting one (group, kv head, chunk)'s rows
   float scale_log2;
+  bool whole_sparse;  // sparse stages may be whole (read_stage); SPECULA_SPARSE_WHOLE_STAGES=1, off by default
 };
 
 // Entries a chunk of a (group, kv head) list takes: its real count spread over the planned chunks
@@ -86,16 +87,39 @@ __device__ __forceinline__ void fetch_entry(const KernelArgs& a, const ChunkRang
   if (a.list_blocks && want_members) members = a.list_members[r.list_base + r.begin + entry];
 }
 
+// The nodes whose rows a warp computes (bit n: node n; -1 entries are padding rows), the same
+// value in every lane: what read_stage asks of a sparse stage's members.
+template <int N>
+__device__ __forceinline__ uint64_t warp_nodes(const int (&nodes)[N]) {
+  uint64_t mine = 0;
+#pragma unroll
+  for (int i = 0; i < N; ++i) mine |= nodes[i] >= 0 ? 1ull << nodes[i] : 0ull;
+  const uint32_t lo = __reduce_or_sync(0xffffffffu, static_cast<uint32_t>(mine));
+  const uint32_t hi = __reduce_or_sync(0xffffffffu, static_cast<uint32_t>(mine >> 32));
+  return uint64_t{hi} << 32 | lo;
+}
+
 // A stage's logical block ids (-1: absent) from its slot's metadata, and whether the stage is
-// whole: every block present, wholly in the committed prefix, of a dense list, so no key needs a
-// mask (block presence, sparse membership, context end, tree ancestors).
+// whole for a warp: every block present and wholly in the committed prefix, and of a dense list
+// or (a.whole_sparse) listed for every node of the warp's rows (`need`, warp_nodes), so no key of
+// the warp needs a mask (block presence, sparse membership, context end, tree ancestors). A
+// first-query or group-shared list holds every node of its group, so with whole_sparse all its
+// committed stages but a partial last one are whole: the per-score mask makes each sparse stage
+// cost ~2x a dense one (attention_notes.md, 12-07). whole_sparse stays off by default until it
+// has run on a GPU (CudaSparseAttention.WholeStagesMatchReference and the timing there).
 template <int NB>
-__device__ __forceinline__ bool read_stage(const KernelArgs& a, const int32_t* slot_logical, int (&logical)[NB]) {
+__device__ __forceinline__ bool read_stage(const KernelArgs& a, const int32_t* slot_logical,
+                                           const uint64_t* slot_members, uint64_t need, int (&logical)[NB]) {
 #pragma unroll
   for (int b = 0; b < NB; ++b) logical[b] = slot_logical[b];
-  bool whole = a.list_blocks == nullptr;
+  bool whole = true;
 #pragma unroll
   for (int b = 0; b < NB; ++b) whole = whole && logical[b] >= 0 && (logical[b] + 1) * B <= a.prefix_len;
+  if (a.list_blocks) {
+    whole = whole && a.whole_sparse;
+#pragma unroll
+    for (int b = 0; b < NB; ++b) whole = whole && (slot_members[b] & need) == need;
+  }
   return whole;
 }
 
@@ -214,6 +238,11 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
     }
   }
 
+  int row_nodes[2 * MT];
+#pragma unroll
+  for (int m = 0; m < MT; ++m) row_nodes[2 * m] = row_node[m][0], row_nodes[2 * m + 1] = row_node[m][1];
+  const uint64_t need = warp_nodes(row_nodes);
+
   float o[MT][16][4];
 #pragma unroll
   for (int m = 0; m < MT; ++m)
@@ -238,7 +267,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
 
     const int slot = st % STAGES;
     int logical[NB];
-    const bool whole = read_stage(a, meta_logical + slot * NB, logical);
+    const bool whole = read_stage(a, meta_logical + slot * NB, meta_members + slot * NB, need, logical);
 
     // The stage's blocks in steps of NBC: QK^T, one softmax update, PV per step.
 #pragma unroll
@@ -736,6 +765,9 @@ bool launch(const PagedKv& kv, const TreeQueries& tq, const int32_t* blocks, con
   a.cta_rows = p.cta_rows;
   a.row_splits = p.row_splits;
   a.scale_log2 = tq.scale * 1.4426950408889634f;
+  // Read every launch (as SPECULA_SELECT_SCORE), so that a test can run both paths in one process.
+  const char* whole_env = std::getenv("SPECULA_SPARSE_WHOLE_STAGES");
+  a.whole_sparse = whole_env && std::strcmp(whole_env, "1") == 0;
   auto s = static_cast<cudaStream_t>(stream);
   const dim3 grid(p.chunks, kv.kv_heads, groups * p.row_splits);
   if (const auto tma_kernel = kVariants[p.variant].tma_kernel) {

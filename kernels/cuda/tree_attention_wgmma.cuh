@@ -127,11 +127,11 @@ __device__ __forceinline__ void pack_p(uint32_t (&pf)[4], const float (&s)[NBS *
 // descriptors; meta_logical / members: the slot's block metadata.
 __device__ __forceinline__ void stage_compute(const KernelArgs& a, uint64_t q_desc, uint32_t q_half, uint64_t k_st,
                                               uint64_t v_st, const int32_t* meta_logical, const uint64_t* members,
-                                              const int (&row_node)[2], int t, float (&m_run)[2], float (&l_run)[2],
-                                              float (&o)[64]) {
+                                              const int (&row_node)[2], uint64_t need, int t, float (&m_run)[2],
+                                              float (&l_run)[2], float (&o)[64]) {
   constexpr uint32_t kv_half = kKeys * 64 * 2 >> 4, v_block = B * 64 * 2 >> 4;  // 64 dims; 16 keys of V
   int logical[kNB];
-  const bool whole = read_stage(a, meta_logical, logical);
+  const bool whole = read_stage(a, meta_logical, members, need, logical);
   float alpha[2];
   // S = Q K^T (unscaled), 64 rows x 64 keys a warpgroup: 8 k steps of 16 dims.
   float s[32];
@@ -292,6 +292,7 @@ __global__ void __launch_bounds__(WG * 128, MINB) tree_attention_wgmma_kernel(Ke
     const int row = row0 + g + 8 * r, local = row / gqa;
     row_node[r] = row < a.rows && node0 + local < a.nodes ? node0 + local : -1;
   }
+  const uint64_t need = warp_nodes(row_node);
 
   float o[64];  // O: 16 dim tiles of 8, o[4i..4i+3] as the m16n8 accumulator
 #pragma unroll
@@ -316,9 +317,9 @@ __global__ void __launch_bounds__(WG * 128, MINB) tree_attention_wgmma_kernel(Ke
     // slower at 128K / 64 nodes (kernels/cuda/attention_notes.md, 11-25), so the text stays.
     const int slot = st % STAGES;
     int logical[NB];
-    const bool whole = read_stage(a, meta_logical + slot * NB, logical);
-
     const uint64_t* members = meta_members + slot * NB;
+    const bool whole = read_stage(a, meta_logical + slot * NB, members, need, logical);
+
     const uint64_t k_st = k_desc + slot * stage, v_st = v_desc + slot * stage;
     constexpr uint32_t v_block = B * 64 * 2 >> 4;  // 16 keys of V
     float alpha[2];
@@ -486,6 +487,7 @@ __global__ void __launch_bounds__(WG * 128, 1)
     const int row = row0 + g + 8 * r, local = row / gqa;
     row_node[r] = row < a.rows && node0 + local < a.nodes ? node0 + local : -1;
   }
+  const uint64_t need = warp_nodes(row_node);
   float o[64];
 #pragma unroll
   for (int i = 0; i < 64; ++i) o[i] = 0.f;
@@ -499,7 +501,7 @@ __global__ void __launch_bounds__(WG * 128, 1)
     const int slot = st % STAGES;
     mbar_wait(&full[slot], (st / STAGES) & 1);
     stage_compute(a, q_desc, q_half, k_desc + slot * stage, v_desc + slot * stage, meta_logical + slot * NB,
-                  meta_members + slot * NB, row_node, t, m_run, l_run, o);
+                  meta_members + slot * NB, row_node, need, t, m_run, l_run, o);
     __syncwarp();
     if (lane == 0) mbar_arrive(&empty[slot]);
     // Refill the slot of stage st - 1 (the first round's last slot is fresh).

@@ -127,6 +127,7 @@ __global__ void __launch_bounds__(WG * 128 + 32 * ws::kProducerWarps, 1)
     const int row = row0 + g + 8 * r, local = row / gqa;
     row_node[r] = row < a.rows && node0 + local < a.nodes ? node0 + local : -1;
   }
+  const uint64_t need = warp_nodes(row_node);
   float o[64];  // O: 16 dim tiles of 8, o[4i..4i+3] as the m16n8 accumulator
 #pragma unroll
   for (int i = 0; i < 64; ++i) o[i] = 0.f;
@@ -161,7 +162,7 @@ __global__ void __launch_bounds__(WG * 128 + 32 * ws::kProducerWarps, 1)
   // The online softmax of s (masks from the slot's metadata); returns whether O needs alpha.
   auto softmax = [&](int slot) {
     int logical[NB];
-    const bool whole = read_stage(a, meta_logical + slot * NB, logical);
+    const bool whole = read_stage(a, meta_logical + slot * NB, meta_members + slot * NB, need, logical);
     return softmax_step<NB>(s, a, logical, meta_members + slot * NB, whole, row_node, t, m_run, l_run, alpha);
   };
   auto pack = [&] {
