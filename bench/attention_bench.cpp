@@ -223,11 +223,12 @@ int main(int argc, char** argv) {
         if (dense_ms > 0) row["dense_over_total"] = dense_ms / (select_ms + attn_ms);
         rows.push_back(row);
         std::fprintf(stderr,
-                     "%-13s ctx=%d nodes=%d attn %.4f ms %.0f GB/s unique (%.0f%%), %.0f GB/s loaded; select %.4f ms; "
-                     "dense / (select + attn) %.2fx\n",
-                     query_mode_name(mode), ctx, nodes, attn_ms, unique_bytes / attn_ms / 1e6,
-                     100 * unique_bytes / attn_ms / 1e6 / copy_GBps, loaded_bytes / attn_ms / 1e6, select_ms,
-                     dense_ms / (select_ms + attn_ms));
+                     "%-13s ctx=%d nodes=%d attn %.4f ms (batched %.4f) %.0f GB/s unique (%.0f%%), %.0f GB/s loaded; "
+                     "select %.4f ms",
+                     query_mode_name(mode), ctx, nodes, attn_ms, attn_batch_ms, unique_bytes / attn_ms / 1e6,
+                     100 * unique_bytes / attn_ms / 1e6 / copy_GBps, loaded_bytes / attn_ms / 1e6, select_ms);
+        if (dense_ms > 0) std::fprintf(stderr, "; dense / (select + attn) %.2fx", dense_ms / (select_ms + attn_ms));
+        std::fputc('\n', stderr);
         cudaFree(sws);
         cudaFree(aws);
         cudaFree(lists.blocks);

@@ -277,8 +277,8 @@ TEST(CudaSparseAttention, EveryQueryModeMatchesReference) {
   check_sparse_mode(QueryMode::kGroupUnion, 3, 40, rng);  // fewer blocks than top-k
   check_sparse_mode(QueryMode::kFirstQuery, 9, 3000, rng);
   check_sparse_mode(QueryMode::kGroupUnion, 40, 2100, rng);
-  // Whole trees as one group on the wgmma tiers (116 rows with padding: ws2s3; 160: ws3s4), where
-  // a list that holds every node takes the unmasked path on its committed stages.
+  // Whole trees as one group on the wgmma tiers (116 rows with padding: ws2s3; 160: ws3s4), masked
+  // (WholeStagesMatchReference runs them with SPECULA_SPARSE_WHOLE_STAGES=1, unmasked).
   check_sparse_mode(QueryMode::kFirstQuery, 29, 2100, rng);
   check_sparse_mode(QueryMode::kFirstQuery, 40, 2500, rng);
   for (QueryMode mode : {QueryMode::kPerQuery, QueryMode::kFirstQuery}) check_sparse_mode(mode, 8, 5000, rng, true);
