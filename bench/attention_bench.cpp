@@ -118,17 +118,12 @@ int main(int argc, char** argv) {
       if (runs("dense")) {
         const size_t ws_bytes = attention_workspace_bytes(tq, kv_heads, 1, nodes, nblocks);
         void* ws = dalloc(ws_bytes);
-        const double ms = median_ms(
-            [&](int i) {
-              check_ok(tree_attention_dense(kv_of(i % copies), tq, out, ws, ws_bytes, nullptr, &error), error);
-            },
-            iterations);
+        auto call = [&](int i) {
+          check_ok(tree_attention_dense(kv_of(i % copies), tq, out, ws, ws_bytes, nullptr, &error), error);
+        };
+        const double ms = median_ms(call, iterations);
         dense_ms = ms;
-        const double batch_ms = batched_ms(
-            [&](int i) {
-              check_ok(tree_attention_dense(kv_of(i % copies), tq, out, ws, ws_bytes, nullptr, &error), error);
-            },
-            batch_calls, 5);
+        const double batch_ms = batched_ms(call, batch_calls, 5);
         const double bytes = double(nblocks) * kv_heads * 2 * kBlockBytes + nblocks * 4.0 + io_bytes;
         rows.push_back({{"kernel", "dense"},
                         {"context", ctx},
@@ -185,18 +180,11 @@ int main(int argc, char** argv) {
           }
           unique += double(u.size());
         }
-        const double attn_ms = median_ms(
-            [&](int i) {
-              check_ok(tree_attention_sparse(kv_of(i % copies), tq, lists, out, aws, aws_bytes, nullptr, &error),
-                       error);
-            },
-            iterations);
-        const double attn_batch_ms = batched_ms(
-            [&](int i) {
-              check_ok(tree_attention_sparse(kv_of(i % copies), tq, lists, out, aws, aws_bytes, nullptr, &error),
-                       error);
-            },
-            batch_calls, 5);
+        auto attend = [&](int i) {
+          check_ok(tree_attention_sparse(kv_of(i % copies), tq, lists, out, aws, aws_bytes, nullptr, &error), error);
+        };
+        const double attn_ms = median_ms(attend, iterations);
+        const double attn_batch_ms = batched_ms(attend, batch_calls, 5);
         const auto [unique_bytes, loaded_bytes, list_bytes] =
             sparse_read_bytes(unique, loaded, double(groups) * kv_heads, kBlockBytes, io_bytes);
         const int selectors = (nodes + selector_stride(tq, sp) - 1) / selector_stride(tq, sp);
