@@ -440,19 +440,20 @@ Status CudaSession::enqueue_forward(int64_t T, const uint8_t* mask_dev, LogitRow
                                                      adjacent, kv, step_dev, mask_dev, scale, b.att.get(), mem_->split,
                                                      s));
     if (!fused) {
+      const cuda::TreeQueryRows tree_q = tree_query_rows(plan, static_cast<int>(l), T);
       if (T == 1) {
         cuda::rope_append_decode_at(b.qkv.get(), c.n_heads, c.n_kv_heads, c.head_dim, pos_dev, c.rope_theta, adjacent,
                                     kv, qd + kvd, step_dev, s);
       } else if (split_ops) {
         cuda::rope_append_halves_at(b.y_split.get(), b.qkv.get(), ld, T, c.n_heads, c.n_kv_heads, c.head_dim, pos_dev,
-                                    c.rope_theta, adjacent, kv, qd + kvd, step_dev, min_max_now, s);
+                                    c.rope_theta, adjacent, kv, qd + kvd, step_dev, min_max_now, s, tree_q);
       } else {
         cuda::rope_append_at(b.qkv.get(), ld, T, c.n_heads, c.n_kv_heads, c.head_dim, pos_dev, c.rope_theta, adjacent,
-                             kv, qd + kvd, step_dev, min_max_now, s);
+                             kv, qd + kvd, step_dev, min_max_now, s, tree_q);
       }
       if (plan) {
-        if (auto ok =
-                planned_attention(*plan, static_cast<int>(l), kv, T, mask_dev, step_dev, split_ops ? halves : nullptr);
+        if (auto ok = planned_attention(*plan, static_cast<int>(l), kv, T, mask_dev, step_dev,
+                                        split_ops ? halves : nullptr, tree_q.q != nullptr);
             !ok) {
           return ok;
         }

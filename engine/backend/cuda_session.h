@@ -73,14 +73,24 @@ class CudaSession final : public BackendSession {
     bool lists_on_host = false;     // the last refresh's lists, downloaded for the observer
     std::vector<int32_t> blocks, counts;
     std::vector<uint64_t> members;
+    bool attends_densely(int l) const;
+    // A layer whose anchor attends densely has no selection to reuse: it selects itself (as on the CPU).
+    bool reuses_selection(int l) const;
+    // Whether layer l's attention reads the bf16 tree-order queries (sparse_q_): the tree-attention
+    // kernels do, and so does a layer that scores blocks itself (not one that attends densely or
+    // reuses an anchor's selection) on attention_at.
+    bool reads_tree_queries(int l) const;
   };
 
   // Planned tree verifies (cuda_session_sparse.cpp).
   Status plan_tree_verify(int64_t T, const AttentionMask* mask, int64_t first_new, const SparseConfig* sparse,
                           const ForwardContext* context, std::optional<SparsePlan>* out);
   // halves: null, or the Wo GEMM's input halves (T·q_dim hi, then lo) to write instead of att.
+  // queries_written: the RoPE launch already wrote sparse_q_ (tree_query_rows).
   Status planned_attention(SparsePlan& p, int l, const cuda::PagedKvLayer& kv, int64_t T, const uint8_t* mask_dev,
-                           const int32_t* step_dev, bf16_bits* halves);
+                           const int32_t* step_dev, bf16_bits* halves, bool queries_written);
+  // Where layer l's RoPE launch writes the bf16 tree-order queries for the plan (none: {}).
+  cuda::TreeQueryRows tree_query_rows(const SparsePlan* plan, int l, int64_t T);
   Status observe_selection(SparsePlan& p, int l, int64_t T, bool reuse, bool dense);
 
   Status enqueue_forward(int64_t T, const uint8_t* mask_dev, LogitRows rows, SparsePlan* plan = nullptr,

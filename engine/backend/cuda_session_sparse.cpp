@@ -141,20 +141,35 @@ Status CudaSession::plan_tree_verify(int64_t T, const AttentionMask* mask, int64
   return {};
 }
 
+bool CudaSession::SparsePlan::attends_densely(int l) const { return !cfg || l < cfg->dense_layers; }
+
+bool CudaSession::SparsePlan::reuses_selection(int l) const {
+  return !attends_densely(l) && cfg->reuses(l) && cfg->anchor_for(l) >= cfg->dense_layers;
+}
+
+bool CudaSession::SparsePlan::reads_tree_queries(int l) const {
+  return fast || (!attends_densely(l) && !reuses_selection(l));
+}
+
+cuda::TreeQueryRows CudaSession::tree_query_rows(const SparsePlan* plan, int l, int64_t T) {
+  // One row goes through rope_append_decode_at, which writes no tree rows.
+  if (!plan || T < 2 || !plan->reads_tree_queries(l)) return {};
+  return {sparse_q_.get(), order_dev_.get()};
+}
+
 // Layer l's attention under the plan: att (T, q_dim) f32 from the rows' queries in b.qkv, or with
 // `halves` the Wo GEMM's input halves of it (the split row ops' path), which the tree-attention
 // kernels' bf16 rows give in one launch instead of two (rows_bf16_to_split).
 Status CudaSession::planned_attention(SparsePlan& p, int l, const cuda::PagedKvLayer& kv, int64_t T,
-                                      const uint8_t* mask_dev, const int32_t* step_dev, bf16_bits* halves) {
+                                      const uint8_t* mask_dev, const int32_t* step_dev, bf16_bits* halves,
+                                      bool queries_written) {
   auto& b = *b_;
   const auto& c = b.cfg;
   cudaStream_t s = b.stream;
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   const int64_t qd = b.q_dim(), ld = b.qkv_dim();
   const int kvh = static_cast<int>(c.n_kv_heads);
-  const bool dense = !p.cfg || l < p.cfg->dense_layers;
-  // A layer whose anchor attends densely has no selection to reuse: it selects itself (as on the CPU).
-  const bool reuse = !dense && p.cfg->reuses(l) && p.cfg->anchor_for(l) >= p.cfg->dense_layers;
+  const bool dense = p.attends_densely(l), reuse = p.reuses_selection(l);
   cuda::PagedKv pkv;
   pkv.k = kv.keys;
   pkv.v = kv.values;
@@ -168,7 +183,9 @@ Status CudaSession::planned_attention(SparsePlan& p, int l, const cuda::PagedKvL
                              static_cast<int>(c.n_heads),
                              static_cast<int>(p.committed),
                              scale};
-  if (p.fast || (!dense && !reuse)) cuda::q_rows_to_bf16(b.qkv.get(), ld, T, qd, order_dev_.get(), sparse_q_.get(), s);
+  if (!queries_written && p.reads_tree_queries(l)) {
+    cuda::q_rows_to_bf16(b.qkv.get(), ld, T, qd, order_dev_.get(), sparse_q_.get(), s);
+  }
   // The kernels' bf16 rows [T][Hq][D] in tree order to the backend's rows, and attention_at's f32
   // rows to the halves.
   const auto rows_out = [&] {

@@ -279,13 +279,17 @@ __global__ void kv_min_max_kernel(PagedKvLayer kv, int64_t block_begin, int64_t 
 // kHalves (several rows): qkv row t is first summed from the QKV GEMM's halves, y2 row t and
 // row T + t (T = gridDim.y), and written whole: Q rotated as above, K and V unrotated (what
 // add_split_halves then this kernel left in qkv).
+// tree_q.q (several rows): blockIdx.y is tree row j, which takes qkv row t = order[j], and its
+// query heads also go to tree_q.q row j as bf16 (TreeQueryRows, model_ops.h).
 template <bool kMinMax, bool kHalves>
 __global__ void rope_append_kernel(float* __restrict__ qkv, int64_t ld, int64_t n_heads, int64_t head_dim,
                                    const int32_t* __restrict__ positions, float theta, bool adjacent, PagedKvLayer kv,
-                                   int64_t v_col, const int32_t* __restrict__ step, const float* __restrict__ y2) {
+                                   int64_t v_col, const int32_t* __restrict__ step, const float* __restrict__ y2,
+                                   TreeQueryRows tree_q) {
   pdl_trigger();
-  pdl_wait();
-  const int64_t h = blockIdx.x, t = blockIdx.y, half = head_dim / 2, i = threadIdx.x;
+  pdl_wait();  // order, like qkv, may come from the launches before
+  const int64_t h = blockIdx.x, j = blockIdx.y, half = head_dim / 2, i = threadIdx.x;
+  const int64_t t = tree_q.q ? int64_t{tree_q.order[j]} : j;
   if (i >= half) return;
   const int64_t a = adjacent ? 2 * i : i, b = adjacent ? 2 * i + 1 : i + half;
   if constexpr (kHalves) {
@@ -312,6 +316,11 @@ __global__ void rope_append_kernel(float* __restrict__ qkv, int64_t ld, int64_t 
   if (h < n_heads) {  // a query head: rotated in place for the attention
     v[a] = r0;
     v[b] = r1;
+    if (tree_q.q) {
+      bf16_bits* q = tree_q.q + (j * n_heads + h) * head_dim;
+      q[a] = to_bf(r0);
+      q[b] = to_bf(r1);
+    }
     return;
   }
   const int64_t kh = h - n_heads;  // a key head: into the cache, with its value
@@ -622,27 +631,28 @@ void rope_append_decode_at(float* qkv, int64_t n_heads, int64_t n_kv_heads, int6
   const auto threads = static_cast<unsigned>((head_dim / 2 + 31) / 32 * 32);
   launch_pdl(rope_append_kernel<true, false>, dim3(static_cast<unsigned>(n_heads + n_kv_heads)), dim3(threads), 0,
              stream, qkv, int64_t{0}, n_heads, head_dim, positions, theta, adjacent, kv, v_col, step,
-             static_cast<const float*>(nullptr));
+             static_cast<const float*>(nullptr), TreeQueryRows{});
 }
 
 void rope_append_at(float* qkv, int64_t ld, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                     const int32_t* positions, float theta, bool adjacent, const PagedKvLayer& kv, int64_t v_col,
-                    const int32_t* step, bool update_min_max, cudaStream_t stream) {
+                    const int32_t* step, bool update_min_max, cudaStream_t stream, TreeQueryRows tree_q) {
   const auto threads = static_cast<unsigned>((head_dim / 2 + 31) / 32 * 32);
   launch_pdl(rope_append_kernel<false, false>,
              dim3(static_cast<unsigned>(n_heads + n_kv_heads), static_cast<unsigned>(T)), dim3(threads), 0, stream, qkv,
-             ld, n_heads, head_dim, positions, theta, adjacent, kv, v_col, step, static_cast<const float*>(nullptr));
+             ld, n_heads, head_dim, positions, theta, adjacent, kv, v_col, step, static_cast<const float*>(nullptr),
+             tree_q);
   if (update_min_max) kv_update_min_max_at(kv, T, step, stream);
 }
 
 void rope_append_halves_at(const float* y2, float* qkv, int64_t ld, int64_t T, int64_t n_heads, int64_t n_kv_heads,
                            int64_t head_dim, const int32_t* positions, float theta, bool adjacent,
                            const PagedKvLayer& kv, int64_t v_col, const int32_t* step, bool update_min_max,
-                           cudaStream_t stream) {
+                           cudaStream_t stream, TreeQueryRows tree_q) {
   const auto threads = static_cast<unsigned>((head_dim / 2 + 31) / 32 * 32);
   launch_pdl(rope_append_kernel<false, true>,
              dim3(static_cast<unsigned>(n_heads + n_kv_heads), static_cast<unsigned>(T)), dim3(threads), 0, stream, qkv,
-             ld, n_heads, head_dim, positions, theta, adjacent, kv, v_col, step, y2);
+             ld, n_heads, head_dim, positions, theta, adjacent, kv, v_col, step, y2, tree_q);
   if (update_min_max) kv_update_min_max_at(kv, T, step, stream);
 }
 

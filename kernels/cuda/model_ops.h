@@ -86,19 +86,27 @@ void kv_update_min_max_at(const PagedKvLayer& kv, int64_t T, const int32_t* step
 void rope_append_decode_at(float* qkv, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, const int32_t* positions,
                            float theta, bool adjacent, const PagedKvLayer& kv, int64_t v_col, const int32_t* step,
                            cudaStream_t stream);
+// The rotated queries also as bf16 rows in tree order, [T][n_heads · head_dim] with row i from
+// qkv row order[i] (order a permutation of [0, T)): what q_rows_to_bf16 (sparse_verify.h) writes
+// from the rotated qkv, bit for bit, without a launch of its own (a planned verify's tree
+// attention and block scoring read these rows). q null: not written.
+struct TreeQueryRows {
+  bf16_bits* q = nullptr;
+  const int32_t* order = nullptr;
+};
 // T new tokens: rope_in_place + kv_append_at (one launch) + kv_update_min_max_at. Same results.
 // update_min_max false leaves key_min/key_max untouched (one launch instead of two), for a caller
 // that recomputes them before anything reads them (the CUDA backend's commit).
 void rope_append_at(float* qkv, int64_t ld, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                     const int32_t* positions, float theta, bool adjacent, const PagedKvLayer& kv, int64_t v_col,
-                    const int32_t* step, bool update_min_max, cudaStream_t stream);
+                    const int32_t* step, bool update_min_max, cudaStream_t stream, TreeQueryRows tree_q = {});
 // rope_append_at (update_min_max as there) reading the QKV GEMM's halves y2 (2T, ld): qkv row t
 // = y2[t] + y2[T + t] (add_split_halves), all of it written (Q rotated, K and V as summed), so
 // the add is no launch of its own.
 void rope_append_halves_at(const float* y2, float* qkv, int64_t ld, int64_t T, int64_t n_heads, int64_t n_kv_heads,
                            int64_t head_dim, const int32_t* positions, float theta, bool adjacent,
                            const PagedKvLayer& kv, int64_t v_col, const int32_t* step, bool update_min_max,
-                           cudaStream_t stream);
+                           cudaStream_t stream, TreeQueryRows tree_q = {});
 // Several layers of one cache in one launch: layer l's arrays sit at the first layer's plus
 // l·kv (keys, values) and l·meta (key_min, key_max) elements; the block table is shared.
 struct KvLayerStrides {

@@ -9,10 +9,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/sparse_verify.h"
 #include "tests/kernels/cuda/gpu_test_support.h"
 
 namespace specula::cuda {
@@ -447,6 +450,62 @@ TEST_F(ModelOpsTest, RopeAppendHalvesEqualsAddThenRopeAppend) {
       cudaFree(dqkv);
       cudaFree(dpos);
       cudaFree(dstep);
+    }
+  }
+}
+
+// With TreeQueryRows, rope_append_at and rope_append_halves_at leave qkv and the cache as they do
+// without, and write the rotated queries as q_rows_to_bf16 of that qkv writes them, bit for bit,
+// in a shuffled tree order (a planned verify's: one launch a layer less).
+TEST_F(ModelOpsTest, RopeAppendWritesTreeQueryRows) {
+  for (bool halves : {false, true}) {
+    for (int64_t hd : {64, 128}) {
+      const int64_t T = 61, heads = 8, kv_heads = 2, B = 16, blocks = 5, first_new = 5;
+      const int64_t qd = heads * hd, kvd = kv_heads * hd, ld = qd + 2 * kvd;
+      const std::vector<int32_t> table = {3, 1, 4, 0, 2};
+      testing::DevicePagedKv without(blocks, kv_heads, B, hd, table, 0, 0), with(blocks, kv_heads, B, hd, table, 0, 0);
+      const auto y2 = random(2 * T * ld, 2.0f);
+      std::vector<int32_t> positions(T), order(T);
+      for (int64_t t = 0; t < T; ++t) positions[t] = int32_t(first_new + 1 + t / 6);
+      for (int64_t t = 0; t < T; ++t) order[t] = int32_t(t);
+      std::shuffle(order.begin(), order.end(), rng_);
+      const std::vector<int32_t> st = {int32_t(first_new), int32_t(first_new)};
+      // Without halves the kernels read qkv itself: the first half of y2 stands in for it.
+      const std::vector<float> qkv0(y2.begin(), y2.begin() + T * ld);
+      float* dy2 = upload(y2);
+      float* dplain = upload(qkv0);
+      float* dtree = upload(qkv0);
+      int32_t* dpos = upload(positions);
+      int32_t* dstep = upload(st);
+      int32_t* dorder = upload(order);
+      uint16_t* dq = upload(std::vector<uint16_t>(T * qd, 0));
+      uint16_t* dq_ref = upload(std::vector<uint16_t>(T * qd, 0));
+      const TreeQueryRows tree_q{dq, dorder};
+      if (halves) {
+        rope_append_halves_at(dy2, dplain, ld, T, heads, kv_heads, hd, dpos, 10000.0f, false, without.kv, qd + kvd,
+                              dstep, true, nullptr);
+        rope_append_halves_at(dy2, dtree, ld, T, heads, kv_heads, hd, dpos, 10000.0f, false, with.kv, qd + kvd, dstep,
+                              true, nullptr, tree_q);
+      } else {
+        rope_append_at(dplain, ld, T, heads, kv_heads, hd, dpos, 10000.0f, false, without.kv, qd + kvd, dstep, true,
+                       nullptr);
+        rope_append_at(dtree, ld, T, heads, kv_heads, hd, dpos, 10000.0f, false, with.kv, qd + kvd, dstep, true,
+                       nullptr, tree_q);
+      }
+      q_rows_to_bf16(dplain, ld, T, qd, dorder, dq_ref, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::string where = std::string(halves ? "halves" : "plain") + ", hd " + std::to_string(hd);
+      EXPECT_EQ(download(dtree, T * ld), download(dplain, T * ld)) << "qkv, " << where;
+      EXPECT_EQ(download(with.kv.keys, with.n_kv), download(without.kv.keys, without.n_kv)) << "keys, " << where;
+      EXPECT_EQ(download(with.kv.values, with.n_kv), download(without.kv.values, without.n_kv)) << "values, " << where;
+      EXPECT_EQ(download(with.kv.key_min, with.n_meta), download(without.kv.key_min, without.n_meta)) << where;
+      const auto q = download(dq, T * qd);
+      EXPECT_EQ(q, download(dq_ref, T * qd)) << "tree query rows, " << where;
+      // Not vacuous: every row was written (the zero fill has no nonzero bf16 in a row).
+      for (int64_t j = 0; j < T; ++j) {
+        EXPECT_NE(std::count(q.begin() + j * qd, q.begin() + (j + 1) * qd, uint16_t{0}), qd) << "row " << j;
+      }
+      for (void* p : std::initializer_list<void*>{dy2, dplain, dtree, dpos, dstep, dorder, dq, dq_ref}) cudaFree(p);
     }
   }
 }
