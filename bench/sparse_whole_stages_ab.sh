@@ -1,9 +1,11 @@
 #!/bin/bash
 # SPECULA_SPARSE_WHOLE_STAGES (kernels/cuda/tree_attention.cu, read_stage) checked and timed in one
-# device call, before it becomes the default (kernels/cuda/attention_notes.md, 12-07):
+# device call: 0 masks every sparse stage (the path before session 25), anything else (or unset) is
+# the default, whole stages. Session 25 ran it before the default changed
+# (bench/results/sparse_whole_stages_ab_s25_h100_2026-12-07.json); it stays for re-measuring:
 #   1. kernels_cuda_attention_test, and its sparse test under SPECULA_TREE_ATTN=wg4s4 / wg4p4
 #      (the selectable tiers that also call read_stage);
-#   2. racecheck and memcheck of CudaSparseAttention.* (WholeStagesMatchReference sets the switch);
+#   2. racecheck and memcheck of CudaSparseAttention.* (MaskedStagesMatchReference sets it to 0);
 #   3. bench_attention at 64K, 10% of blocks kept, switch off / on / off / on (one binary);
 #   4. if bench_cuda_decode is there, the synthetic Llama-3.1-8B 60-node verify at 64K, off / on.
 # Logs go to /tmp/whole_stages and, after each phase, into $OUT/whole_stages.tgz.

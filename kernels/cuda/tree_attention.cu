@@ -51,7 +51,7 @@ struct KernelArgs {
   int stage_blocks;          // a chunk's entries come in whole stages of this many blocks (the variant's NB)
   int cta_rows, row_splits;  // rows a CTA covers; CTAs splitting one (group, kv head, chunk)'s rows
   float scale_log2;
-  bool whole_sparse;  // sparse stages may be whole (read_stage); SPECULA_SPARSE_WHOLE_STAGES=1, off by default
+  bool whole_sparse;  // sparse stages may be whole (read_stage); on unless SPECULA_SPARSE_WHOLE_STAGES=0
 };
 
 // Entries a chunk of a (group, kv head) list takes: its real count spread over the planned chunks
@@ -105,8 +105,9 @@ __device__ __forceinline__ uint64_t warp_nodes(const int (&nodes)[N]) {
 // the warp needs a mask (block presence, sparse membership, context end, tree ancestors). A
 // first-query or group-shared list holds every node of its group, so with whole_sparse all its
 // committed stages but a partial last one are whole: the per-score mask makes each sparse stage
-// cost ~2x a dense one (attention_notes.md, 12-07). whole_sparse stays off by default until it
-// has run on a GPU (CudaSparseAttention.WholeStagesMatchReference and the timing there).
+// cost ~2x a dense one (attention_notes.md, 12-07). On by default since it ran on the H100
+// (bench/results/sparse_whole_stages_ab_s25_h100_2026-12-07.json: first-query at 64K and 64 nodes
+// 50 -> 30 us batched); SPECULA_SPARSE_WHOLE_STAGES=0 gives the masked stages back, for A/B.
 template <int NB>
 __device__ __forceinline__ bool read_stage(const KernelArgs& a, const int32_t* slot_logical,
                                            const uint64_t* slot_members, uint64_t need, int (&logical)[NB]) {
@@ -765,9 +766,10 @@ bool launch(const PagedKv& kv, const TreeQueries& tq, const int32_t* blocks, con
   a.cta_rows = p.cta_rows;
   a.row_splits = p.row_splits;
   a.scale_log2 = tq.scale * 1.4426950408889634f;
-  // Read every launch (as SPECULA_SELECT_SCORE), so that a test can run both paths in one process.
+  // Read every launch (as SPECULA_SELECT_SCORE), so that a test can run both paths in one process
+  // (a captured graph keeps what its capture read).
   const char* whole_env = std::getenv("SPECULA_SPARSE_WHOLE_STAGES");
-  a.whole_sparse = whole_env && std::strcmp(whole_env, "1") == 0;
+  a.whole_sparse = !(whole_env && std::strcmp(whole_env, "0") == 0);
   auto s = static_cast<cudaStream_t>(stream);
   const dim3 grid(p.chunks, kv.kv_heads, groups * p.row_splits);
   if (const auto tma_kernel = kVariants[p.variant].tma_kernel) {

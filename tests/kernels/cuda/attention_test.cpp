@@ -277,20 +277,21 @@ TEST(CudaSparseAttention, EveryQueryModeMatchesReference) {
   check_sparse_mode(QueryMode::kGroupUnion, 3, 40, rng);  // fewer blocks than top-k
   check_sparse_mode(QueryMode::kFirstQuery, 9, 3000, rng);
   check_sparse_mode(QueryMode::kGroupUnion, 40, 2100, rng);
-  // Whole trees as one group on the wgmma tiers (116 rows with padding: ws2s3; 160: ws3s4), masked
-  // (WholeStagesMatchReference runs them with SPECULA_SPARSE_WHOLE_STAGES=1, unmasked).
+  // Whole trees as one group on the wgmma tiers (116 rows with padding: ws2s3; 160: ws3s4), their
+  // committed stages whole (MaskedStagesMatchReference runs them with every stage masked).
   check_sparse_mode(QueryMode::kFirstQuery, 29, 2100, rng);
   check_sparse_mode(QueryMode::kFirstQuery, 40, 2500, rng);
   for (QueryMode mode : {QueryMode::kPerQuery, QueryMode::kFirstQuery}) check_sparse_mode(mode, 8, 5000, rng, true);
 }
 
-// SPECULA_SPARSE_WHOLE_STAGES=1: a stage whose listed blocks hold every node of a warp's rows
-// skips the per-score mask (tree_attention.cu, read_stage). The same references must hold on every
-// tier: m1b4 (13 nodes; group-union's 8-node groups), ws2s3 (29, and 64 over two CTAs), ws3s4 (40).
-TEST(CudaSparseAttention, WholeStagesMatchReference) {
+// By default a stage whose listed blocks hold every node of a warp's rows skips the per-score mask
+// (tree_attention.cu, read_stage); SPECULA_SPARSE_WHOLE_STAGES=0 masks every sparse stage (the
+// A/B path). The same references must hold there on every tier: m1b4 (13 nodes; group-union's
+// 8-node groups), ws2s3 (29, and 64 over two CTAs), ws3s4 (40).
+TEST(CudaSparseAttention, MaskedStagesMatchReference) {
   if (device_count() == 0) GTEST_SKIP() << "skipped: no GPU (" << no_device_reason() << ")";
   std::mt19937_64 rng(fresh_seed());
-  setenv("SPECULA_SPARSE_WHOLE_STAGES", "1", 1);
+  setenv("SPECULA_SPARSE_WHOLE_STAGES", "0", 1);
   struct Unset {
     ~Unset() { unsetenv("SPECULA_SPARSE_WHOLE_STAGES"); }
   } unset;  // also when a check returns early
