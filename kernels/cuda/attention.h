@@ -88,17 +88,6 @@ void select_list_shape(const TreeQueries& tq, const SelectParams& sp, int* group
 bool tree_attention_dense(const PagedKv& kv, const TreeQueries& tq, uint16_t* out, void* workspace,
                           size_t workspace_bytes, void* stream, std::string* error);
 
-// The warp-specialized tiers (groups of more than 64 query rows, and long dense lists) merge their
-// chunks inside a thread-block cluster, through distributed shared memory, where the device holds
-// the grid's clusters at once; off, they write partials into the workspace for a merge kernel, as
-// the other tiers do. Both give the same bits. On by default; off for A/B timing and for the test
-// that compares the two. Not thread-safe against launches in flight on other threads.
-void set_tree_attention_cluster_merge(bool on);
-// The cluster size a call of this shape merges in (sparse: block lists given; 1: one chunk, no
-// cluster), or 0 where it runs the merge kernel: for tests and benchmark reports.
-int tree_attention_merge_cluster(const TreeQueries& tq, int kv_heads, int groups, int group_size, int max_blocks,
-                                 bool sparse);
-
 // Sparse verify over explicit block lists (made by select_blocks or by the caller).
 bool tree_attention_sparse(const PagedKv& kv, const TreeQueries& tq, const BlockLists& lists, uint16_t* out,
                            void* workspace, size_t workspace_bytes, void* stream, std::string* error);

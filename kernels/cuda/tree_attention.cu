@@ -9,8 +9,7 @@
 // the warp-specialized wgmma kernels of tree_attention_ws.cuh (Choice below has the tiers).
 // Hand-written rather than CUTLASS/FlashInfer: neither is a Debian package, and the tree mask plus
 // per-node block membership is not an option of theirs.
-#include <cooperative_groups.h>  // the wgmma tiers' cluster merge
-#include <cuda.h>                // CUtensorMap (the wgmma tier's producer/consumer variant)
+#include <cuda.h>  // CUtensorMap (the wgmma tier's producer/consumer variant)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -20,9 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <mutex>
-#include <tuple>
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/hopper.cuh"
@@ -55,11 +52,6 @@ struct KernelArgs {
   int cta_rows, row_splits;  // rows a CTA covers; CTAs splitting one (group, kv head, chunk)'s rows
   float scale_log2;
   bool whole_sparse;  // sparse stages may be whole (read_stage); on unless SPECULA_SPARSE_WHOLE_STAGES=0
-  // > 0 (tree_attention_ws.cuh's kernels only): the chunks of a (group, kv head, row split) are one
-  // cluster of merge_cluster CTAs (1: no cluster) that merge in distributed shared memory and
-  // write `out`; 0: partials into the workspace, merged by tree_attention_merge_kernel.
-  int merge_cluster;
-  __nv_bfloat16* out;
 };
 
 // Entries a chunk of a (group, kv head) list takes: its real count spread over the planned chunks
@@ -469,38 +461,10 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
 constexpr int kMergeWarps = 8, kMergeBatch = 8;
 constexpr size_t kMergeSmem = kMergeWarps * 32 * sizeof(float4) + kMergeWarps * sizeof(float);
 // Warps a row for `chunks` chunks: a power of two, kMergeBatch chunks a warp where kMergeWarps allow.
-__host__ __device__ inline int merge_split(int chunks) {
+inline int merge_split(int chunks) {
   int split = 1;
   while (split < kMergeWarps && split * kMergeBatch < chunks) split *= 2;
   return split;
-}
-// One batch of a row's chunk partials folded into (acc, den), shared by the merge kernel and the
-// cluster epilogue (tree_attention_ws.cuh) so that both give the same bits: lane j < kMergeBatch
-// holds the batch's chunk j (m, l) in ml (-inf, 0 for none), oc[j] its o at this lane's 4 dims;
-// mmax is the row's max over every chunk. A chunk with no visible key has m = -inf, l = 0, o = 0.
-__device__ __forceinline__ void merge_chunk_batch(float2 ml, float mmax, const float4 (&oc)[kMergeBatch], float4& acc,
-                                                  float& den) {
-  const float w = ml.x == -INFINITY ? 0.f : exp2f(ml.x - mmax);
-  den += w * ml.y;
-#pragma unroll
-  for (int j = 0; j < kMergeBatch; ++j) {
-    const float wj = __shfl_sync(0xffffffffu, w, j);
-    acc.x += wj * oc[j].x;
-    acc.y += wj * oc[j].y;
-    acc.z += wj * oc[j].z;
-    acc.w += wj * oc[j].w;
-  }
-}
-// A row's (acc, den) as its 4 bf16 outputs at this lane's dims: out[(node, head)][lane * 4 ..].
-__device__ __forceinline__ void store_merged_row(float4 acc, float den, __nv_bfloat16* out, const KernelArgs& a,
-                                                 int node, int head, int lane) {
-  const float inv = den > 0.f ? 1.f / den : 0.f;
-  __nv_bfloat162 lo = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
-  __nv_bfloat162 hi = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
-  uint2 packed;
-  packed.x = *reinterpret_cast<uint32_t*>(&lo);
-  packed.y = *reinterpret_cast<uint32_t*>(&hi);
-  *reinterpret_cast<uint2*>(out + (size_t(node) * a.q_heads + head) * D + lane * 4) = packed;
 }
 __global__ void __launch_bounds__(kMergeWarps * 32)
     tree_attention_merge_kernel(KernelArgs a, int split, __nv_bfloat16* out) {
@@ -543,7 +507,17 @@ __global__ void __launch_bounds__(kMergeWarps * 32)
 #pragma unroll
       for (int x = 16; x >= 1; x /= 2) mmax = fmaxf(mmax, __shfl_xor_sync(0xffffffffu, mmax, x));
     }
-    merge_chunk_batch(v, mmax, oc, acc, den);
+    // A chunk with no visible key has m = -inf, l = 0 and o = 0 (so has every chunk if mmax is -inf).
+    const float w = v.x == -INFINITY ? 0.f : exp2f(v.x - mmax);
+    den += w * v.y;
+#pragma unroll
+    for (int j = 0; j < kMergeBatch; ++j) {
+      const float wj = __shfl_sync(0xffffffffu, w, j);
+      acc.x += wj * oc[j].x;
+      acc.y += wj * oc[j].y;
+      acc.z += wj * oc[j].z;
+      acc.w += wj * oc[j].w;
+    }
   }
 #pragma unroll
   for (int x = 16; x >= 1; x /= 2) den += __shfl_xor_sync(0xffffffffu, den, x);
@@ -559,7 +533,13 @@ __global__ void __launch_bounds__(kMergeWarps * 32)
     acc.w += o.w;
     den += sum_l[warp + p];
   }
-  store_merged_row(acc, den, out, a, node, head, lane);
+  const float inv = den > 0.f ? 1.f / den : 0.f;
+  __nv_bfloat162 lo = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
+  __nv_bfloat162 hi = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
+  uint2 packed;
+  packed.x = *reinterpret_cast<uint32_t*>(&lo);
+  packed.y = *reinterpret_cast<uint32_t*>(&hi);
+  *reinterpret_cast<uint2*>(out + (size_t(node) * a.q_heads + head) * D + lane * 4) = packed;
 }
 
 // The wgmma kernels: a fragment of this file's anonymous namespace (it uses KernelArgs and the helpers above).
@@ -682,61 +662,7 @@ struct Plan {
   int rows = 0, rows_pad = 0, warps = 0, threads = 0, cta_rows = 0, row_splits = 1;
   int chunks = 0;  // a list's entries spread over these (chunk_entries)
   size_t smem = 0;
-  int merge_cluster = 0;  // KernelArgs::merge_cluster
 };
-
-// The wgmma tiers' chunks merge in a cluster unless set_tree_attention_cluster_merge(false).
-std::atomic<bool> g_cluster_merge{true};
-// Clusters of 16 are past the portable 8 (cudaFuncAttributeNonPortableClusterSizeAllowed): taken
-// only where cudaOccupancyMaxActiveClusters says the device holds them.
-constexpr int kMaxMergeCluster = 16;
-
-// The launch attributes of a chunk kernel: a (cluster, 1, 1) cluster when cluster > 1, programmatic
-// launch when on.
-struct ChunkLaunch {
-  cudaLaunchAttribute attrs[2] = {};
-  cudaLaunchConfig_t config{};
-  ChunkLaunch(dim3 grid, int threads, size_t smem, int cluster, cudaStream_t stream) {
-    unsigned n = 0;
-    if (cluster > 1) {
-      attrs[n].id = cudaLaunchAttributeClusterDimension;
-      attrs[n].val.clusterDim.x = unsigned(cluster);
-      attrs[n].val.clusterDim.y = 1;
-      attrs[n].val.clusterDim.z = 1;
-      ++n;
-    }
-    if (programmatic_dependent_launch()) {
-      attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      attrs[n].val.programmaticStreamSerializationAllowed = 1;
-      ++n;
-    }
-    config.gridDim = grid;
-    config.blockDim = dim3(unsigned(threads));
-    config.dynamicSmemBytes = smem;
-    config.stream = stream;
-    config.attrs = attrs;
-    config.numAttrs = n;
-  }
-};
-
-// Clusters of `cluster` CTAs of variant v (threads, smem a CTA) the device holds at once: they must
-// fit in one GPC each, so this is not the SM count. Queried once per shape; 0 where refused.
-int resident_clusters(int variant, int threads, size_t smem, int cluster) {
-  static std::mutex m;
-  static std::map<std::tuple<int, int, size_t, int>, int> known;
-  const std::lock_guard<std::mutex> hold(m);
-  const auto key = std::tuple{variant, threads, smem, cluster};
-  if (auto found = known.find(key); found != known.end()) return found->second;
-  const auto kernel = kVariants[variant].tma_kernel;
-  int clusters = 0;
-  if (kernel && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess) {
-    ChunkLaunch l(dim3(unsigned(cluster)), threads, smem, cluster, nullptr);
-    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &l.config) != cudaSuccess) clusters = 0;
-  }
-  (void)cudaGetLastError();  // a refused query is a plan not to take, not the caller's error
-  known.emplace(key, clusters);
-  return clusters;
-}
 
 // sparse: block lists given (else every block of the context, in order).
 Plan make_plan(const TreeQueries& tq, int kv_heads, int groups, int group_size, int max_blocks, bool sparse) {
@@ -773,13 +699,6 @@ Plan make_plan(const TreeQueries& tq, int kv_heads, int groups, int group_size, 
   const int chunks = std::max(1, ctas_wanted / base);
   const int per_chunk = (std::max(1, (max_blocks + chunks - 1) / chunks) + v.nb - 1) / v.nb * v.nb;
   p.chunks = std::max(1, (max_blocks + per_chunk - 1) / per_chunk);
-  // The warp-specialized tiers merge their chunks in a cluster (cluster_merge_rows) where the rows'
-  // O fits the ring and the device holds every cluster of the grid at once (a second wave would
-  // cost more than the merge kernel saves).
-  if (v.producer_warps && g_cluster_merge.load() && p.chunks <= kMaxMergeCluster &&
-      ws::merge_bytes(p.cta_rows) <= ws::ring_bytes(v.stages, v.nb) &&
-      (p.chunks == 1 || resident_clusters(p.variant, p.threads, p.smem, p.chunks) >= base))
-    p.merge_cluster = p.chunks;
   return p;
 }
 
@@ -851,8 +770,6 @@ bool launch(const PagedKv& kv, const TreeQueries& tq, const int32_t* blocks, con
   // (a captured graph keeps what its capture read).
   const char* whole_env = std::getenv("SPECULA_SPARSE_WHOLE_STAGES");
   a.whole_sparse = !(whole_env && std::strcmp(whole_env, "0") == 0);
-  a.merge_cluster = p.merge_cluster;
-  a.out = reinterpret_cast<__nv_bfloat16*>(out);
   auto s = static_cast<cudaStream_t>(stream);
   const dim3 grid(p.chunks, kv.kv_heads, groups * p.row_splits);
   if (const auto tma_kernel = kVariants[p.variant].tma_kernel) {
@@ -861,17 +778,14 @@ bool launch(const PagedKv& kv, const TreeQueries& tq, const int32_t* blocks, con
       if (error) *error = "tree_attention: cuTensorMapEncodeTiled failed for the K/V tensor maps";
       return false;
     }
-    ChunkLaunch l(grid, p.threads, p.smem, p.merge_cluster, s);
-    (void)cudaLaunchKernelEx(&l.config, tma_kernel, a, k_map, v_map);  // errors: cudaGetLastError below
+    launch_pdl(tma_kernel, grid, dim3(p.threads), p.smem, s, a, k_map, v_map);
   } else {
     launch_pdl(kVariants[p.variant].kernel, grid, dim3(p.threads), p.smem, s, a);
   }
-  if (!p.merge_cluster) {
-    const int items = tq.nodes * tq.q_heads;
-    const int split = merge_split(p.chunks), merge_rows = kMergeWarps / split;
-    launch_pdl(tree_attention_merge_kernel, dim3((items + merge_rows - 1) / merge_rows), dim3(kMergeWarps * 32),
-               kMergeSmem, s, a, split, a.out);
-  }
+  const int items = tq.nodes * tq.q_heads;
+  const int split = merge_split(p.chunks), merge_rows = kMergeWarps / split;
+  launch_pdl(tree_attention_merge_kernel, dim3((items + merge_rows - 1) / merge_rows), dim3(kMergeWarps * 32),
+             kMergeSmem, s, a, split, reinterpret_cast<__nv_bfloat16*>(out));
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) {
     if (error) *error = std::string("tree_attention: launch failed: ") + cudaGetErrorString(err);
@@ -881,13 +795,6 @@ bool launch(const PagedKv& kv, const TreeQueries& tq, const int32_t* blocks, con
 }
 
 }  // namespace
-
-void set_tree_attention_cluster_merge(bool on) { g_cluster_merge.store(on); }
-
-int tree_attention_merge_cluster(const TreeQueries& tq, int kv_heads, int groups, int group_size, int max_blocks,
-                                 bool sparse) {
-  return make_plan(tq, kv_heads, groups, group_size, max_blocks, sparse).merge_cluster;
-}
 
 size_t attention_workspace_bytes(const TreeQueries& tq, int kv_heads, int groups, int group_size, int max_blocks) {
   // The caller may run either kind of list on this workspace: the larger plan of the two.

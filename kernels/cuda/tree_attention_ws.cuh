@@ -43,126 +43,7 @@ constexpr size_t smem_bytes(int stages, int nb, int cta_rows) {
          size_t(stages) * 2 * sizeof(uint64_t);
 }
 
-// The cluster epilogue (KernelArgs::merge_cluster > 0): a CTA's rows of unnormalised O, [cta_rows]
-// [kMergeStride] f32, then their (max in log2 units, sum), [cta_rows] float2, in its K/V ring,
-// which is idle once every consumer is past its last MMA.
-constexpr int kMergeStride = D + 8;  // rows 8 banks apart: a half-warp's float2 stores are conflict-free
-__host__ __device__ constexpr size_t merge_bytes(int cta_rows) {
-  return size_t(cta_rows) * (kMergeStride * sizeof(float) + sizeof(float2));
-}
-__host__ __device__ constexpr size_t ring_bytes(int stages, int nb) { return size_t(stages) * 2 * nb * B * D * 2; }
-
 }  // namespace ws
-
-// The chunk CTAs of one (group, kv head, row split), a cluster of n = a.merge_cluster CTAs (rank =
-// chunk; n = 1: no cluster), merged without the workspace: each CTA puts its rows' O and (max, sum)
-// into its ring (ws::merge_bytes), the cluster syncs, and CTA r merges rows r, r + n, ... of every
-// peer's ring through distributed shared memory, as tree_attention_merge_kernel would from the
-// workspace (the same chunk order and merge_chunk_batch: the same bits), and writes the output.
-// The merge kernel and the partials' round trip through L2 had been 7.6 us of a ~30 us first-query
-// call at 64K / 64 nodes (attention_notes.md, 12-07 session 25). Called by every consumer thread;
-// the producer warpgroup meets the two cluster barriers on its own.
-__device__ __forceinline__ void cluster_merge_rows(const KernelArgs& a, unsigned char* ring, int group, int chunk,
-                                                   int kvh, int node0, int cta_row0, int consumer_warps,
-                                                   const float (&o)[64], const float (&m_run)[2],
-                                                   const float (&l_run)[2]) {
-  namespace cg = cooperative_groups;
-  auto* part = reinterpret_cast<float*>(ring);
-  auto* ml = reinterpret_cast<float2*>(part + a.cta_rows * ws::kMergeStride);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  // Every consumer warpgroup past its MMAs' reads of the ring (the producer's loads were all waited for).
-  asm volatile("bar.sync 1, %0;\n" ::"r"(consumer_warps * 32) : "memory");
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float lr = l_run[r];
-    lr += __shfl_xor_sync(0xffffffffu, lr, 1);
-    lr += __shfl_xor_sync(0xffffffffu, lr, 2);
-    const int row = warp * 16 + g + 8 * r;
-    float* dst = part + row * ws::kMergeStride;
-#pragma unroll
-    for (int i = 0; i < 16; ++i)
-      *reinterpret_cast<float2*>(dst + i * 8 + 2 * t) = make_float2(o[4 * i + 2 * r], o[4 * i + 2 * r + 1]);
-    if (t == 0) ml[row] = make_float2(m_run[r] * a.scale_log2, lr);
-  }
-  const int n = a.merge_cluster;
-  cg::cluster_group cluster = cg::this_cluster();
-  if (n > 1)
-    cluster.sync();  // every thread of the cluster, the producers' too
-  else
-    asm volatile("bar.sync 1, %0;\n" ::"r"(consumer_warps * 32) : "memory");
-  auto peer = [&](auto* p, int q) { return n > 1 ? cluster.map_shared_rank(p, q) : p; };
-  // The merge kernel's chunk count and order: chunks past `used` hold no entries.
-  const int count = a.list_blocks ? a.list_counts[group * a.kv_heads + kvh] : a.max_blocks;
-  const int per_chunk = chunk_entries(a, count);
-  const int used = (count + per_chunk - 1) / per_chunk;
-  const int split = merge_split(a.chunks), gqa = a.q_heads / a.kv_heads;
-  for (int lr = chunk + n * warp; lr < a.cta_rows; lr += n * consumer_warps) {
-    const int row = cta_row0 + lr, local = row / gqa;
-    if (row >= a.rows || node0 + local >= a.nodes) continue;  // the same for the whole warp
-    float mmax = lane < used ? peer(ml, lane)[lr].x : -INFINITY;
-#pragma unroll
-    for (int x = 16; x >= 1; x /= 2) mmax = fmaxf(mmax, __shfl_xor_sync(0xffffffffu, mmax, x));
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    float den = 0.f;
-    for (int p = 0; p < split; ++p) {  // the merge kernel's warp `part` p of the row
-      float4 accp = make_float4(0.f, 0.f, 0.f, 0.f);
-      float denp = 0.f;
-      if (used > p) {
-        float4 oc[kMergeBatch];
-#pragma unroll
-        for (int j = 0; j < kMergeBatch; ++j) {
-          const int q = p + split * j;
-          oc[j] = q < used ? *reinterpret_cast<const float4*>(peer(part, q) + lr * ws::kMergeStride + lane * 4)
-                           : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-        const int q = p + split * lane;
-        const float2 v = lane < kMergeBatch && q < used ? peer(ml, q)[lr] : make_float2(-INFINITY, 0.f);
-        merge_chunk_batch(v, mmax, oc, accp, denp);
-      }
-#pragma unroll
-      for (int x = 16; x >= 1; x /= 2) denp += __shfl_xor_sync(0xffffffffu, denp, x);
-      if (p == 0) {
-        acc = accp;
-        den = denp;
-      } else {
-        acc.x += accp.x;
-        acc.y += accp.y;
-        acc.z += accp.z;
-        acc.w += accp.w;
-        den += denp;
-      }
-    }
-    const int node = node0 + local, head = kvh * gqa + row % gqa;
-    store_merged_row(acc, den, a.out, a, node, head, lane);
-  }
-  if (n > 1) cluster.sync();  // peers' rows stay until every CTA has read them
-}
-
-// The producer's loop, lane b < NB of its first warp: block b of each stage (K and V, two 64-dim
-// halves each: 4 TMA boxes of 16 keys x 128 B), its block id fetched a stage early.
-template <int NB, int STAGES>
-__device__ __forceinline__ void produce_stages(const KernelArgs& a, const ChunkRange& range, int kvh, int lane,
-                                               int n_stages, __nv_bfloat16* ks, __nv_bfloat16* vs,
-                                               int32_t* meta_logical, uint64_t* meta_members, uint64_t* full,
-                                               uint64_t* empty, const CUtensorMap* k_map, const CUtensorMap* v_map) {
-  using namespace wg;
-  constexpr int kKeys = NB * B, kStageElems = kKeys * D;
-  int next_logical = -1, next_phys = 0;
-  uint64_t next_members = ~0ull;
-  auto fetch = [&](int st) {
-    next_members = ~0ull;
-    fetch_entry(a, range, st * NB + lane, true, next_logical, next_phys, next_members);
-  };
-  fetch(0);
-  for (int st = 0; st < n_stages; ++st) {
-    const int slot = st % STAGES;
-    if (st >= STAGES) mbar_wait(&empty[slot], (st / STAGES - 1) & 1);
-    produce_block(a, kvh, lane, kKeys, next_logical, next_phys, next_members, ks + slot * kStageElems,
-                  vs + slot * kStageElems, meta_logical + slot * NB, meta_members + slot * NB, &full[slot], k_map,
-                  v_map);
-    fetch(st + 1);
-  }
-}
 
 // k_map, v_map: as tree_attention_wgmma_tma_kernel's. blockDim = the consumer warps (4 a
 // warpgroup of 64 rows, a.cta_rows / 16 of them, at most WG warpgroups) + the producer warpgroup,
@@ -214,15 +95,24 @@ __global__ void __launch_bounds__(WG * 128 + 32 * ws::kProducerWarps, 1)
   __syncthreads();  // Q and the barriers' init visible to all
 
   if (warp >= consumer_warps) {
-    // Producer: lanes 0..NB-1 of its first warp load the stages (produce_stages).
+    // Producer: lane b < NB of its first warp loads block b of each stage (K and V, two 64-dim
+    // halves each: 4 TMA boxes of 16 keys x 128 B), its block id fetched a stage early.
     hopper::set_max_regs_dec<ws::kProducerRegs>();
-    if (warp == consumer_warps && lane < NB)
-      produce_stages<NB, STAGES>(a, range, kvh, lane, n_stages, ks, vs, meta_logical, meta_members, full, empty, &k_map,
-                                 &v_map);
-    if (a.merge_cluster > 1) {  // the consumers' two cluster barriers (cluster_merge_rows)
-      __syncwarp();
-      cooperative_groups::this_cluster().sync();
-      cooperative_groups::this_cluster().sync();
+    if (warp != consumer_warps || lane >= NB) return;
+    int next_logical = -1, next_phys = 0;
+    uint64_t next_members = ~0ull;
+    auto fetch = [&](int st) {
+      next_members = ~0ull;
+      fetch_entry(a, range, st * NB + lane, true, next_logical, next_phys, next_members);
+    };
+    fetch(0);
+    for (int st = 0; st < n_stages; ++st) {
+      const int slot = st % STAGES;
+      if (st >= STAGES) mbar_wait(&empty[slot], (st / STAGES - 1) & 1);
+      produce_block(a, kvh, lane, kKeys, next_logical, next_phys, next_members, ks + slot * kStageElems,
+                    vs + slot * kStageElems, meta_logical + slot * NB, meta_members + slot * NB, &full[slot], &k_map,
+                    &v_map);
+      fetch(st + 1);
     }
     return;
   }
@@ -313,8 +203,5 @@ __global__ void __launch_bounds__(WG * 128 + 32 * ws::kProducerWarps, 1)
   wait<0>();
   pin(o);
   pdl_trigger();
-  if (a.merge_cluster)
-    cluster_merge_rows(a, base, group, chunk, kvh, node0, cta_row0, consumer_warps, o, m_run, l_run);
-  else
-    store_partials(a, chunk, kvh, group, row0, g, t, o, m_run, l_run);
+  store_partials(a, chunk, kvh, group, row0, g, t, o, m_run, l_run);
 }

@@ -109,67 +109,6 @@ TEST(CudaTreeAttention, DenseMatchesReferenceOnRandomTrees) {
   }
 }
 
-// The warp-specialized tiers merge their chunks in a cluster (distributed shared memory) where the
-// device holds the grid's clusters; with set_tree_attention_cluster_merge(false) they write the
-// workspace partials for the merge kernel. Both must give the same bits, dense and sparse, on
-// ws2s3 over two CTAs (57..64 nodes), one CTA (32 nodes; 12 at a long list) and ws3s4 (48).
-TEST(CudaTreeAttention, ClusterMergeGivesTheMergeKernelsBits) {
-  if (device_count() == 0) GTEST_SKIP() << "skipped: no GPU (" << no_device_reason() << ")";
-  std::mt19937_64 rng(fresh_seed());
-  struct Restore {
-    ~Restore() { set_tree_attention_cluster_merge(true); }
-  } restore;
-  struct Case {
-    int nodes, prefix;
-    bool sparse;
-  };
-  int clustered = 0;
-  for (Case c : {Case{64, 30000, false}, Case{60, 9001, false}, Case{64, 517, false}, Case{48, 20011, false},
-                 Case{32, 16003, false}, Case{12, 33001, false}, Case{64, 20000, true}, Case{60, 7001, true},
-                 Case{40, 9000, true}}) {
-    SCOPED_TRACE("nodes " + std::to_string(c.nodes) + " prefix " + std::to_string(c.prefix) +
-                 (c.sparse ? " sparse" : " dense"));
-    const Problem p = testing::make_problem(rng, 2, 8, c.nodes, c.prefix);
-    DeviceProblem dp(p);
-    std::string error;
-    // Sparse: node 0's top 10% (first-query lists: one group, every node a member of every block).
-    SelectParams sp;
-    sp.mode = QueryMode::kFirstQuery;
-    sp.top_k = p.nblocks / 10;
-    int groups = 1, gs = p.nodes, max_blocks = p.nblocks;
-    if (c.sparse) select_list_shape(dp.tq, sp, &groups, &gs, &max_blocks);
-    DeviceBuffer<int32_t> blocks(size_t(groups) * p.kv_heads * max_blocks), counts(size_t(groups) * p.kv_heads);
-    DeviceBuffer<uint64_t> members(size_t(groups) * p.kv_heads * max_blocks);
-    BlockLists lists{blocks.ptr, members.ptr, counts.ptr, 0, 0, 0};
-    if (c.sparse) {
-      DeviceBuffer<unsigned char> sws(select_workspace_bytes(dp.tq, p.kv_heads, sp));
-      ASSERT_TRUE(select_blocks(dp.kv, dp.tq, sp, &lists, sws.ptr, sws.n, nullptr, nullptr, &error)) << error;
-    }
-    DeviceBuffer<unsigned char> ws(attention_workspace_bytes(dp.tq, p.kv_heads, groups, gs, max_blocks));
-    std::vector<uint16_t> out[2];
-    int cluster[2] = {};
-    for (int on = 0; on < 2; ++on) {
-      set_tree_attention_cluster_merge(on == 1);
-      cluster[on] = tree_attention_merge_cluster(dp.tq, p.kv_heads, groups, gs, max_blocks, c.sparse);
-      cudaMemset(dp.out.ptr, 0xff, dp.out.n * sizeof(uint16_t));
-      const bool ok = c.sparse ? tree_attention_sparse(dp.kv, dp.tq, lists, dp.out.ptr, ws.ptr, ws.n, nullptr, &error)
-                               : tree_attention_dense(dp.kv, dp.tq, dp.out.ptr, ws.ptr, ws.n, nullptr, &error);
-      ASSERT_TRUE(ok) << error;
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      out[on] = dp.out.to_host();
-    }
-    EXPECT_EQ(cluster[0], 0);
-    clustered += cluster[1] > 0;
-    EXPECT_EQ(0, std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(uint16_t)));
-    // (The sparse lists' own reference is EveryQueryModeMatchesReference's.)
-    const double err = c.sparse ? 0.0 : relative_error(p, out[1], [](int, int, int) { return true; });
-    EXPECT_LT(err, 1e-2);
-    std::printf("cluster merge nodes=%d prefix=%d %s cluster=%d dense rel_err=%.2e\n", c.nodes, c.prefix,
-                c.sparse ? "sparse" : "dense", cluster[1], err);
-  }
-  EXPECT_GT(clustered, 0) << "no case took the cluster merge on this device";
-}
-
 TEST(CudaTreeAttention, RejectsTooManyNodes) {
   if (device_count() == 0) GTEST_SKIP() << "skipped: no GPU (" << no_device_reason() << ")";
   std::mt19937_64 rng(fresh_seed());
