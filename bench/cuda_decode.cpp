@@ -40,6 +40,7 @@
 #include "engine/backend/cuda_backend.h"
 #include "engine/model/loader.h"
 #include "engine/sparse/sparse_config.h"
+#include "kernels/cuda/attention.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/model_ops.h"
 #include "kernels/cuda/shared_kv_attention.h"
@@ -477,6 +478,10 @@ int main(int argc, char** argv) {
                  "blocks an SM that kernel's registers are held to (0: its default, 4 at head_dim 64 and ptxas's "
                  "count at 128; 1: ptxas's count at 64; 3: 3 at 128)")
       ->check(CLI::IsMember({0, 1, 3}));
+  bool kv_multicast = true;  // the kernels' default (kernels/cuda/attention.h)
+  app.add_option("--kv-multicast", kv_multicast,
+                 "tree attention's two row-split CTAs of groups over 192 rows share each K/V load by TMA "
+                 "multicast, else each loads it (true|false)");
   app.add_option("--profile", profile_path, "also run once under CUPTI capture into this session file");
   app.add_option("--commit", commit, "commit the binary was built from (for the JSON)");
   app.add_option("--out", out_path, "also write the JSON here");
@@ -487,6 +492,7 @@ int main(int argc, char** argv) {
   specula::cuda::set_shared_kv_attention(shared_kv);
   specula::cuda::set_shared_kv_attention_pairs(shared_kv_pairs);
   specula::cuda::set_shared_kv_attention_min_blocks(shared_kv_min_blocks);
+  specula::cuda::set_tree_attention_kv_multicast(kv_multicast);
   specula::CudaBackendOptions options;
   options.cuda_graphs = graphs;
   options.tree_attention_kernels = !long_contexts.empty() && tree_kernels;
@@ -581,6 +587,7 @@ int main(int argc, char** argv) {
       {"shared_kv_attention", shared_kv},
       {"shared_kv_pairs", shared_kv_pairs},
       {"shared_kv_min_blocks", shared_kv_min_blocks},
+      {"kv_multicast", kv_multicast},
       {"kv_capacity", kv_capacity},
       {"prompt_tokens", prompt.size()},
       {"decode_tokens", tokens},

@@ -88,6 +88,16 @@ void select_list_shape(const TreeQueries& tq, const SelectParams& sp, int* group
 bool tree_attention_dense(const PagedKv& kv, const TreeQueries& tq, uint16_t* out, void* workspace,
                           size_t workspace_bytes, void* stream, std::string* error);
 
+// Groups of more than 192 query rows run as two CTAs a chunk (row splits) on the warp-specialized
+// tier; by default the two are a thread-block cluster that loads each K/V stage once and
+// multicasts it to both, where the device holds every such pair of the grid at once. Off: each
+// CTA loads the chunk itself (the second read mostly from L2). Both give the same bits. For A/B
+// timing and the test that compares the two; not to be flipped while launches are in flight.
+void set_tree_attention_kv_multicast(bool on);
+// Whether a call of this shape (sparse: block lists given) runs its row splits as multicast pairs.
+bool tree_attention_kv_multicast(const TreeQueries& tq, int kv_heads, int groups, int group_size, int max_blocks,
+                                 bool sparse);
+
 // Sparse verify over explicit block lists (made by select_blocks or by the caller).
 bool tree_attention_sparse(const PagedKv& kv, const TreeQueries& tq, const BlockLists& lists, uint16_t* out,
                            void* workspace, size_t workspace_bytes, void* stream, std::string* error);

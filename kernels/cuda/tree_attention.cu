@@ -19,7 +19,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
+#include <tuple>
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/hopper.cuh"
@@ -52,6 +54,9 @@ struct KernelArgs {
   int cta_rows, row_splits;  // rows a CTA covers; CTAs splitting one (group, kv head, chunk)'s rows
   float scale_log2;
   bool whole_sparse;  // sparse stages may be whole (read_stage); on unless SPECULA_SPARSE_WHOLE_STAGES=0
+  // tree_attention_ws.cuh's kernels with row_splits 2 only: the two row-split CTAs of a (group, kv
+  // head, chunk) are one (1, 1, 2) cluster, and each stage's K/V reaches both by TMA multicast.
+  bool kv_pair;
 };
 
 // Entries a chunk of a (group, kv head) list takes: its real count spread over the planned chunks
@@ -662,7 +667,57 @@ struct Plan {
   int rows = 0, rows_pad = 0, warps = 0, threads = 0, cta_rows = 0, row_splits = 1;
   int chunks = 0;  // a list's entries spread over these (chunk_entries)
   size_t smem = 0;
+  bool kv_pair = false;  // KernelArgs::kv_pair
 };
+
+// The row-split CTAs of the warp-specialized tiers share their K/V loads by multicast unless
+// set_tree_attention_kv_multicast(false).
+std::atomic<bool> g_kv_multicast{true};
+
+// The launch of a chunk kernel: a (1, 1, 2) cluster with kv_pair, programmatic launch when on.
+struct ChunkLaunch {
+  cudaLaunchAttribute attrs[2] = {};
+  cudaLaunchConfig_t config{};
+  ChunkLaunch(dim3 grid, int threads, size_t smem, bool kv_pair, cudaStream_t stream) {
+    unsigned n = 0;
+    if (kv_pair) {
+      attrs[n].id = cudaLaunchAttributeClusterDimension;
+      attrs[n].val.clusterDim.x = 1;
+      attrs[n].val.clusterDim.y = 1;
+      attrs[n].val.clusterDim.z = 2;
+      ++n;
+    }
+    if (programmatic_dependent_launch()) {
+      attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attrs[n].val.programmaticStreamSerializationAllowed = 1;
+      ++n;
+    }
+    config.gridDim = grid;
+    config.blockDim = dim3(unsigned(threads));
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    config.attrs = attrs;
+    config.numAttrs = n;
+  }
+};
+
+// CTA pairs (clusters of 2) of a variant's shape the device holds at once: a pair must fit in one
+// GPC, so this need not be half the CTAs an SM count allows. Queried once per shape; 0 if refused.
+int resident_pairs(int variant, int threads, size_t smem) {
+  static std::mutex m;
+  static std::map<std::tuple<int, int, size_t>, int> known;
+  const std::lock_guard<std::mutex> hold(m);
+  const auto key = std::tuple{variant, threads, smem};
+  if (auto found = known.find(key); found != known.end()) return found->second;
+  int pairs = 0;
+  if (const auto kernel = kVariants[variant].tma_kernel) {
+    ChunkLaunch l(dim3(1, 1, 2), threads, smem, true, nullptr);
+    if (cudaOccupancyMaxActiveClusters(&pairs, kernel, &l.config) != cudaSuccess) pairs = 0;
+  }
+  (void)cudaGetLastError();  // a refused query is a plan not to take, not the caller's error
+  known.emplace(key, pairs);
+  return pairs;
+}
 
 // sparse: block lists given (else every block of the context, in order).
 Plan make_plan(const TreeQueries& tq, int kv_heads, int groups, int group_size, int max_blocks, bool sparse) {
@@ -699,6 +754,10 @@ Plan make_plan(const TreeQueries& tq, int kv_heads, int groups, int group_size, 
   const int chunks = std::max(1, ctas_wanted / base);
   const int per_chunk = (std::max(1, (max_blocks + chunks - 1) / chunks) + v.nb - 1) / v.nb * v.nb;
   p.chunks = std::max(1, (max_blocks + per_chunk - 1) / per_chunk);
+  // Two row-split CTAs over one chunk read the same K/V: as a pair they load it once (multicast)
+  // where the device holds every pair of the grid at once.
+  p.kv_pair = v.producer_warps && p.row_splits == 2 && g_kv_multicast.load() &&
+              resident_pairs(p.variant, p.threads, p.smem) * 2 >= p.chunks * base;
   return p;
 }
 
@@ -770,6 +829,7 @@ bool launch(const PagedKv& kv, const TreeQueries& tq, const int32_t* blocks, con
   // (a captured graph keeps what its capture read).
   const char* whole_env = std::getenv("SPECULA_SPARSE_WHOLE_STAGES");
   a.whole_sparse = !(whole_env && std::strcmp(whole_env, "0") == 0);
+  a.kv_pair = p.kv_pair;
   auto s = static_cast<cudaStream_t>(stream);
   const dim3 grid(p.chunks, kv.kv_heads, groups * p.row_splits);
   if (const auto tma_kernel = kVariants[p.variant].tma_kernel) {
@@ -778,7 +838,8 @@ bool launch(const PagedKv& kv, const TreeQueries& tq, const int32_t* blocks, con
       if (error) *error = "tree_attention: cuTensorMapEncodeTiled failed for the K/V tensor maps";
       return false;
     }
-    launch_pdl(tma_kernel, grid, dim3(p.threads), p.smem, s, a, k_map, v_map);
+    const ChunkLaunch l(grid, p.threads, p.smem, p.kv_pair, s);
+    (void)cudaLaunchKernelEx(&l.config, tma_kernel, a, k_map, v_map);  // errors: cudaGetLastError below
   } else {
     launch_pdl(kVariants[p.variant].kernel, grid, dim3(p.threads), p.smem, s, a);
   }
@@ -795,6 +856,13 @@ bool launch(const PagedKv& kv, const TreeQueries& tq, const int32_t* blocks, con
 }
 
 }  // namespace
+
+void set_tree_attention_kv_multicast(bool on) { g_kv_multicast.store(on); }
+
+bool tree_attention_kv_multicast(const TreeQueries& tq, int kv_heads, int groups, int group_size, int max_blocks,
+                                 bool sparse) {
+  return make_plan(tq, kv_heads, groups, group_size, max_blocks, sparse).kv_pair;
+}
 
 size_t attention_workspace_bytes(const TreeQueries& tq, int kv_heads, int groups, int group_size, int max_blocks) {
   // The caller may run either kind of list on this workspace: the larger plan of the two.

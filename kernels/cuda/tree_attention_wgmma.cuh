@@ -391,18 +391,26 @@ namespace wg {
 __device__ __forceinline__ void produce_block(const KernelArgs& a, int kvh, int lane, int keys, int logical, int phys,
                                               uint64_t members, __nv_bfloat16* k_slot, __nv_bfloat16* v_slot,
                                               int32_t* slot_logical, uint64_t* slot_members, uint64_t* full,
-                                              const CUtensorMap* k_map, const CUtensorMap* v_map) {
+                                              const CUtensorMap* k_map, const CUtensorMap* v_map, int pair_rank = -1) {
   constexpr uint32_t kBlockBytes = 2 * B * D * 2;  // K and V of one block, one kv head
   slot_logical[lane] = logical;
   slot_members[lane] = members;
   mbar_arrive_expect_tx(full, kBlockBytes);
+  // pair_rank >= 0 (KernelArgs::kv_pair): the block's bytes come from the CTA of rank lane % 2,
+  // multicast to both.
+  if (pair_rank >= 0 && (lane & 1) != pair_rank) return;
   const int row = logical >= 0 ? (phys * a.kv_heads + kvh) * B : -B;
   __nv_bfloat16* kd = k_slot + lane * B * 64;
   __nv_bfloat16* vd = v_slot + lane * B * 64;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    tma_load(kd + h * keys * 64, k_map, h * 64, row, full);
-    tma_load(vd + h * keys * 64, v_map, h * 64, row, full);
+    if (pair_rank >= 0) {
+      tma_load_multicast(kd + h * keys * 64, k_map, h * 64, row, full, 0x3);
+      tma_load_multicast(vd + h * keys * 64, v_map, h * 64, row, full, 0x3);
+    } else {
+      tma_load(kd + h * keys * 64, k_map, h * 64, row, full);
+      tma_load(vd + h * keys * 64, v_map, h * 64, row, full);
+    }
   }
 }
 

@@ -73,7 +73,8 @@ __global__ void __launch_bounds__(WG * 128 + 32 * ws::kProducerWarps, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(&full[s], NB);                    // one arrival (with its bytes) a producer lane
-      mbar_init(&empty[s], consumer_warps * 32);  // one arrival a consumer thread
+      // One arrival a consumer thread, of both CTAs with kv_pair (the slot is written into both).
+      mbar_init(&empty[s], consumer_warps * 32 * (a.kv_pair ? 2 : 1));
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -92,27 +93,40 @@ __global__ void __launch_bounds__(WG * 128 + 32 * ws::kProducerWarps, 1)
 
   load_q(a, qs, cta_row0, kvh, node0, gqa, blockDim.x);
   fence_proxy_async();
-  __syncthreads();  // Q and the barriers' init visible to all
+  // Q and the barriers' init visible to all (with kv_pair to the peer too, before its multicasts
+  // and arrivals reach this CTA's barriers).
+  if (a.kv_pair)
+    hopper::cluster_sync();
+  else
+    __syncthreads();
+  const int pair_rank = a.kv_pair ? static_cast<int>(hopper::cluster_rank()) : -1;
 
   if (warp >= consumer_warps) {
     // Producer: lane b < NB of its first warp loads block b of each stage (K and V, two 64-dim
     // halves each: 4 TMA boxes of 16 keys x 128 B), its block id fetched a stage early.
     hopper::set_max_regs_dec<ws::kProducerRegs>();
-    if (warp != consumer_warps || lane >= NB) return;
-    int next_logical = -1, next_phys = 0;
-    uint64_t next_members = ~0ull;
-    auto fetch = [&](int st) {
-      next_members = ~0ull;
-      fetch_entry(a, range, st * NB + lane, true, next_logical, next_phys, next_members);
-    };
-    fetch(0);
-    for (int st = 0; st < n_stages; ++st) {
-      const int slot = st % STAGES;
-      if (st >= STAGES) mbar_wait(&empty[slot], (st / STAGES - 1) & 1);
-      produce_block(a, kvh, lane, kKeys, next_logical, next_phys, next_members, ks + slot * kStageElems,
-                    vs + slot * kStageElems, meta_logical + slot * NB, meta_members + slot * NB, &full[slot], &k_map,
-                    &v_map);
-      fetch(st + 1);
+    if (warp == consumer_warps && lane < NB) {
+      int next_logical = -1, next_phys = 0;
+      uint64_t next_members = ~0ull;
+      auto fetch = [&](int st) {
+        next_members = ~0ull;
+        fetch_entry(a, range, st * NB + lane, true, next_logical, next_phys, next_members);
+      };
+      fetch(0);
+      for (int st = 0; st < n_stages; ++st) {
+        const int slot = st % STAGES;
+        if (st >= STAGES) hopper::mbar_wait_cluster(&empty[slot], (st / STAGES - 1) & 1);
+        produce_block(a, kvh, lane, kKeys, next_logical, next_phys, next_members, ks + slot * kStageElems,
+                      vs + slot * kStageElems, meta_logical + slot * NB, meta_members + slot * NB, &full[slot], &k_map,
+                      &v_map, pair_rank);
+        fetch(st + 1);
+      }
+    }
+    // With kv_pair no CTA leaves while its peer may still arrive on its barriers (every thread of
+    // the pair meets here, the consumers after their last stage).
+    if (a.kv_pair) {
+      __syncwarp();
+      hopper::cluster_sync();
     }
     return;
   }
@@ -193,7 +207,12 @@ __global__ void __launch_bounds__(WG * 128 + 32 * ws::kProducerWarps, 1)
     // Every consumer thread releases the slot (its own metadata reads included): with one arrival a
     // warp after __syncwarp, racecheck flagged the producer's next metadata store against the
     // other lanes' reads (wg4p4's false positive, attention_notes.md 11-25).
-    mbar_arrive(&empty[prev]);
+    if (a.kv_pair) {  // both CTAs' producers write this slot
+      hopper::mbar_arrive_cluster(&empty[prev], 0);
+      hopper::mbar_arrive_cluster(&empty[prev], 1);
+    } else {
+      mbar_arrive(&empty[prev]);
+    }
     if (moved) rescale(o, alpha);
     pack();
   }
@@ -204,4 +223,5 @@ __global__ void __launch_bounds__(WG * 128 + 32 * ws::kProducerWarps, 1)
   pin(o);
   pdl_trigger();
   store_partials(a, chunk, kvh, group, row0, g, t, o, m_run, l_run);
+  if (a.kv_pair) hopper::cluster_sync();
 }

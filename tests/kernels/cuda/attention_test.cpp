@@ -109,6 +109,63 @@ TEST(CudaTreeAttention, DenseMatchesReferenceOnRandomTrees) {
   }
 }
 
+// Groups of more than 192 rows (49..64 nodes at GQA 4) run as two row-split CTAs a chunk, by
+// default a cluster that multicasts each K/V stage to both (tree_attention_ws.cuh); with
+// set_tree_attention_kv_multicast(false) each loads it. The same bits either way, dense and sparse
+// (first-query lists: every node of the tree in one group), and the dense reference holds.
+TEST(CudaTreeAttention, KvMulticastGivesTheSameBits) {
+  if (device_count() == 0) GTEST_SKIP() << "skipped: no GPU (" << no_device_reason() << ")";
+  std::mt19937_64 rng(fresh_seed());
+  struct Restore {
+    ~Restore() { set_tree_attention_kv_multicast(true); }
+  } restore;
+  struct Case {
+    int nodes, prefix;
+    bool sparse;
+  };
+  for (Case c : {Case{64, 30000, false}, Case{60, 9001, false}, Case{57, 517, false}, Case{49, 0, false},
+                 Case{64, 20000, true}, Case{60, 7001, true}, Case{52, 3000, true}}) {
+    SCOPED_TRACE("nodes " + std::to_string(c.nodes) + " prefix " + std::to_string(c.prefix) +
+                 (c.sparse ? " sparse" : " dense"));
+    const Problem p = testing::make_problem(rng, 2, 8, c.nodes, c.prefix);
+    DeviceProblem dp(p);
+    std::string error;
+    SelectParams sp;  // sparse: node 0's top 10% for the whole tree
+    sp.mode = QueryMode::kFirstQuery;
+    sp.top_k = p.nblocks / 10;
+    int groups = 1, gs = p.nodes, max_blocks = p.nblocks;
+    if (c.sparse) select_list_shape(dp.tq, sp, &groups, &gs, &max_blocks);
+    DeviceBuffer<int32_t> blocks(size_t(groups) * p.kv_heads * max_blocks), counts(size_t(groups) * p.kv_heads);
+    DeviceBuffer<uint64_t> members(size_t(groups) * p.kv_heads * max_blocks);
+    BlockLists lists{blocks.ptr, members.ptr, counts.ptr, 0, 0, 0};
+    if (c.sparse) {
+      DeviceBuffer<unsigned char> sws(select_workspace_bytes(dp.tq, p.kv_heads, sp));
+      ASSERT_TRUE(select_blocks(dp.kv, dp.tq, sp, &lists, sws.ptr, sws.n, nullptr, nullptr, &error)) << error;
+    }
+    DeviceBuffer<unsigned char> ws(attention_workspace_bytes(dp.tq, p.kv_heads, groups, gs, max_blocks));
+    std::vector<uint16_t> out[2];
+    bool paired[2] = {};
+    for (int on = 0; on < 2; ++on) {
+      set_tree_attention_kv_multicast(on == 1);
+      paired[on] = tree_attention_kv_multicast(dp.tq, p.kv_heads, groups, gs, max_blocks, c.sparse);
+      cudaMemset(dp.out.ptr, 0xff, dp.out.n * sizeof(uint16_t));
+      const bool ok = c.sparse ? tree_attention_sparse(dp.kv, dp.tq, lists, dp.out.ptr, ws.ptr, ws.n, nullptr, &error)
+                               : tree_attention_dense(dp.kv, dp.tq, dp.out.ptr, ws.ptr, ws.n, nullptr, &error);
+      ASSERT_TRUE(ok) << error;
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      out[on] = dp.out.to_host();
+    }
+    EXPECT_FALSE(paired[0]);
+    EXPECT_TRUE(paired[1]) << "the device did not take the multicast pairs";
+    EXPECT_EQ(0, std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(uint16_t)));
+    // (The sparse lists' own reference is EveryQueryModeMatchesReference's, on the same path.)
+    const double err = c.sparse ? 0.0 : relative_error(p, out[1], [](int, int, int) { return true; });
+    EXPECT_LT(err, 1e-2);
+    std::printf("kv multicast nodes=%d prefix=%d %s paired=%d dense rel_err=%.2e\n", c.nodes, c.prefix,
+                c.sparse ? "sparse" : "dense", int(paired[1]), err);
+  }
+}
+
 TEST(CudaTreeAttention, RejectsTooManyNodes) {
   if (device_count() == 0) GTEST_SKIP() << "skipped: no GPU (" << no_device_reason() << ")";
   std::mt19937_64 rng(fresh_seed());
