@@ -146,12 +146,13 @@ __device__ __forceinline__ void tma_load_multicast(void* dst, const CUtensorMap*
       "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(smem_u32(bar)), "h"(cta_mask)
       : "memory");
 }
-// An arrival on the barrier at bar's offset in cluster CTA `cta` (this one's included), released
-// at cluster scope (what the arriving thread read before it is done before the waiter goes on).
+// An arrival on the barrier at bar's offset in cluster CTA `cta`, with the default release at CTA
+// scope (as CUTLASS's ClusterBarrier::arrive): a release at cluster scope by every consumer thread,
+// twice a stage, made the K/V multicast pairs 1.45x slower (attention_notes.md, 12-07 session 26).
 __device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t cta) {
   asm volatile(
       "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_u32(bar)),
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_u32(bar)),
       "r"(cta)
       : "memory");
 }

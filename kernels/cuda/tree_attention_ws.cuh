@@ -73,8 +73,9 @@ __global__ void __launch_bounds__(WG * 128 + 32 * ws::kProducerWarps, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(&full[s], NB);                    // one arrival (with its bytes) a producer lane
-      // One arrival a consumer thread, of both CTAs with kv_pair (the slot is written into both).
-      mbar_init(&empty[s], consumer_warps * 32 * (a.kv_pair ? 2 : 1));
+      // One arrival a consumer thread, and with kv_pair one a warp of the peer's consumers (the
+      // slot is written into both CTAs).
+      mbar_init(&empty[s], consumer_warps * 32 + (a.kv_pair ? consumer_warps : 0));
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -207,11 +208,10 @@ __global__ void __launch_bounds__(WG * 128 + 32 * ws::kProducerWarps, 1)
     // Every consumer thread releases the slot (its own metadata reads included): with one arrival a
     // warp after __syncwarp, racecheck flagged the producer's next metadata store against the
     // other lanes' reads (wg4p4's false positive, attention_notes.md 11-25).
-    if (a.kv_pair) {  // both CTAs' producers write this slot
-      hopper::mbar_arrive_cluster(&empty[prev], 0);
-      hopper::mbar_arrive_cluster(&empty[prev], 1);
-    } else {
-      mbar_arrive(&empty[prev]);
+    mbar_arrive(&empty[prev]);
+    if (a.kv_pair) {  // the peer's producer writes this slot too
+      __syncwarp();
+      if (lane == 0) hopper::mbar_arrive_cluster(&empty[prev], pair_rank ^ 1);
     }
     if (moved) rescale(o, alpha);
     pack();
