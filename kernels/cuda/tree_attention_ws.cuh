@@ -104,7 +104,8 @@ __global__ void __launch_bounds__(WG * 128 + 32 * ws::kProducerWarps, 1)
 
   if (warp >= consumer_warps) {
     // Producer: lane b < NB of its first warp loads block b of each stage (K and V, two 64-dim
-    // halves each: 4 TMA boxes of 16 keys x 128 B), its block id fetched a stage early.
+    // halves each: 4 TMA boxes of 16 keys x 128 B), its block id fetched a stage early; with
+    // kv_pair only the lanes of the CTA of rank b % 2 issue it, multicast to both.
     hopper::set_max_regs_dec<ws::kProducerRegs>();
     if (warp == consumer_warps && lane < NB) {
       int next_logical = -1, next_phys = 0;
