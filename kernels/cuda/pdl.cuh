@@ -24,6 +24,37 @@ bool programmatic_dependent_launch();
 __device__ __forceinline__ void pdl_wait() { cudaGridDependencySynchronize(); }
 __device__ __forceinline__ void pdl_trigger() { cudaTriggerProgrammaticLaunchCompletion(); }
 
+// A cudaLaunchKernelEx configuration: programmatic launch when on, and thread-block clusters of
+// `cluster` CTAs when it is more than one (verify_gemm.cu's K splits, tree_attention.cu's row-split
+// pairs). config points into attrs, so it is neither copied nor moved.
+struct LaunchConfig {
+  cudaLaunchAttribute attrs[2] = {};
+  cudaLaunchConfig_t config{};
+  LaunchConfig(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream, dim3 cluster = dim3(1, 1, 1)) {
+    unsigned n = 0;
+    if (cluster.x * cluster.y * cluster.z > 1) {
+      attrs[n].id = cudaLaunchAttributeClusterDimension;
+      attrs[n].val.clusterDim.x = cluster.x;
+      attrs[n].val.clusterDim.y = cluster.y;
+      attrs[n].val.clusterDim.z = cluster.z;
+      ++n;
+    }
+    if (programmatic_dependent_launch()) {
+      attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attrs[n].val.programmaticStreamSerializationAllowed = 1;
+      ++n;
+    }
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = shared_bytes;
+    config.stream = stream;
+    config.attrs = attrs;
+    config.numAttrs = n;
+  }
+  LaunchConfig(const LaunchConfig&) = delete;
+  LaunchConfig& operator=(const LaunchConfig&) = delete;
+};
+
 template <typename... KernelArgs, typename... Args>
 void launch_pdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
                 Args&&... args) {
@@ -31,18 +62,9 @@ void launch_pdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t sha
     kernel<<<grid, block, shared_bytes, stream>>>(std::forward<Args>(args)...);
     return;
   }
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = shared_bytes;
-  config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
+  const LaunchConfig l(grid, block, shared_bytes, stream);
   // Errors surface through cudaGetLastError like a <<<>>> launch's.
-  (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  (void)cudaLaunchKernelEx(&l.config, kernel, std::forward<Args>(args)...);
 }
 
 }  // namespace specula::cuda

@@ -674,33 +674,6 @@ struct Plan {
 // set_tree_attention_kv_multicast(false).
 std::atomic<bool> g_kv_multicast{true};
 
-// The launch of a chunk kernel: a (1, 1, 2) cluster with kv_pair, programmatic launch when on.
-struct ChunkLaunch {
-  cudaLaunchAttribute attrs[2] = {};
-  cudaLaunchConfig_t config{};
-  ChunkLaunch(dim3 grid, int threads, size_t smem, bool kv_pair, cudaStream_t stream) {
-    unsigned n = 0;
-    if (kv_pair) {
-      attrs[n].id = cudaLaunchAttributeClusterDimension;
-      attrs[n].val.clusterDim.x = 1;
-      attrs[n].val.clusterDim.y = 1;
-      attrs[n].val.clusterDim.z = 2;
-      ++n;
-    }
-    if (programmatic_dependent_launch()) {
-      attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      attrs[n].val.programmaticStreamSerializationAllowed = 1;
-      ++n;
-    }
-    config.gridDim = grid;
-    config.blockDim = dim3(unsigned(threads));
-    config.dynamicSmemBytes = smem;
-    config.stream = stream;
-    config.attrs = attrs;
-    config.numAttrs = n;
-  }
-};
-
 // CTA pairs (clusters of 2) of a variant's shape the device holds at once: a pair must fit in one
 // GPC, so this need not be half the CTAs an SM count allows. Queried once per shape; 0 if refused.
 int resident_pairs(int variant, int threads, size_t smem) {
@@ -711,7 +684,7 @@ int resident_pairs(int variant, int threads, size_t smem) {
   if (auto found = known.find(key); found != known.end()) return found->second;
   int pairs = 0;
   if (const auto kernel = kVariants[variant].tma_kernel) {
-    ChunkLaunch l(dim3(1, 1, 2), threads, smem, true, nullptr);
+    const LaunchConfig l(dim3(1, 1, 2), dim3(unsigned(threads)), smem, nullptr, dim3(1, 1, 2));
     if (cudaOccupancyMaxActiveClusters(&pairs, kernel, &l.config) != cudaSuccess) pairs = 0;
   }
   (void)cudaGetLastError();  // a refused query is a plan not to take, not the caller's error
@@ -838,7 +811,7 @@ bool launch(const PagedKv& kv, const TreeQueries& tq, const int32_t* blocks, con
       if (error) *error = "tree_attention: cuTensorMapEncodeTiled failed for the K/V tensor maps";
       return false;
     }
-    const ChunkLaunch l(grid, p.threads, p.smem, p.kv_pair, s);
+    const LaunchConfig l(grid, dim3(unsigned(p.threads)), p.smem, s, dim3(1, 1, p.kv_pair ? 2 : 1));
     (void)cudaLaunchKernelEx(&l.config, tma_kernel, a, k_map, v_map);  // errors: cudaGetLastError below
   } else {
     launch_pdl(kVariants[p.variant].kernel, grid, dim3(p.threads), p.smem, s, a);

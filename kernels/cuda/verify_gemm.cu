@@ -249,30 +249,10 @@ bool cached_rows_map(CUtensorMap* map, const uint16_t* base, int64_t rows, int64
 
 // The launch configuration of a variant: grid (tiles, splits, row blocks), a (1, splits, 1)
 // cluster when K is split, programmatic launch when on.
-struct Launch {
-  cudaLaunchAttribute attrs[2] = {};
-  cudaLaunchConfig_t config{};
-  Launch(int tiles, int splits, int row_blocks, size_t smem, cudaStream_t stream) {
-    int n = 0;
-    if (splits > 1) {
-      attrs[n].id = cudaLaunchAttributeClusterDimension;
-      attrs[n].val.clusterDim.x = 1;
-      attrs[n].val.clusterDim.y = unsigned(splits);
-      attrs[n].val.clusterDim.z = 1;
-      ++n;
-    }
-    if (programmatic_dependent_launch()) {
-      attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      attrs[n].val.programmaticStreamSerializationAllowed = 1;
-      ++n;
-    }
-    config.gridDim = dim3(unsigned(tiles), unsigned(splits), unsigned(row_blocks));
-    config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = smem;
-    config.stream = stream;
-    config.attrs = attrs;
-    config.numAttrs = unsigned(n);
-  }
+struct Launch : LaunchConfig {
+  Launch(int tiles, int splits, int row_blocks, size_t smem, cudaStream_t stream)
+      : LaunchConfig(dim3(unsigned(tiles), unsigned(splits), unsigned(row_blocks)), dim3(kThreads), smem, stream,
+                     dim3(1, unsigned(splits), 1)) {}
 };
 
 template <int NT>
