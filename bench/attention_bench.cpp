@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
   int iterations = 20, batch_calls = 50, q_heads = 32, kv_heads = 8, top_k = 128, group_size = 8;
   double keep_fraction = 0;  // > 0: top_k = ceil(keep_fraction · committed blocks) instead of --top-k
   bool dense_only = false;
-  std::string kv_multicast = "on";
+  std::string kv_multicast = "on", ws_pingpong = "on";
   // Which kernels run: "dense" and the sparse modes by query_mode_name (a profiler run picks one).
   const std::vector<std::string> all_kernels = {"dense", "per_query", "first_query", "group_union", "group_shared"};
   std::vector<std::string> kernels = all_kernels;
@@ -64,9 +64,14 @@ int main(int argc, char** argv) {
                  "on: the two row-split CTAs of groups over 192 rows share each K/V load by TMA multicast; off: "
                  "each loads it (A/B)")
       ->check(CLI::IsMember({"on", "off"}));
+  app.add_option("--ws-pingpong", ws_pingpong,
+                 "on: the warp-specialized tier's consumer warpgroups (65..256 rows a group) take turns issuing their "
+                 "MMAs; off: each issues when its stage is in (A/B)")
+      ->check(CLI::IsMember({"on", "off"}));
   CLI11_PARSE(app, argc, argv);
   if (dense_only) kernels = {"dense"};
   set_tree_attention_kv_multicast(kv_multicast == "on");
+  set_tree_attention_ws_pingpong(ws_pingpong == "on");
   auto runs = [&](const std::string& name) { return std::find(kernels.begin(), kernels.end(), name) != kernels.end(); };
   if (q_heads % kv_heads != 0) {
     std::fprintf(stderr, "bench_attention: --q-heads must be a multiple of --kv-heads\n");
@@ -140,7 +145,8 @@ int main(int argc, char** argv) {
                         {"fraction_of_copy", bytes / ms / 1e6 / copy_GBps},
                         {"ms_batched", batch_ms},
                         {"fraction_of_copy_batched", bytes / batch_ms / 1e6 / copy_GBps},
-                        {"kv_multicast", tree_attention_kv_multicast(tq, kv_heads, 1, nodes, nblocks, false)}});
+                        {"kv_multicast", tree_attention_kv_multicast(tq, kv_heads, 1, nodes, nblocks, false)},
+                        {"ws_pingpong", tree_attention_ws_pingpong(tq, kv_heads, 1, nodes, nblocks, false)}});
         std::fprintf(stderr, "dense ctx=%d nodes=%d %.4f ms %.0f GB/s (%.0f%% of copy); batched %.4f ms (%.0f%%)\n",
                      ctx, nodes, ms, bytes / ms / 1e6, 100 * bytes / ms / 1e6 / copy_GBps, batch_ms,
                      100 * bytes / batch_ms / 1e6 / copy_GBps);
@@ -216,7 +222,8 @@ int main(int argc, char** argv) {
                               {"GBps_loaded", loaded_bytes / attn_ms / 1e6},
                               {"select_bytes", select_bytes},
                               {"select_GBps", select_bytes / select_ms / 1e6},
-                              {"kv_multicast", paired}};
+                              {"kv_multicast", paired},
+                              {"ws_pingpong", tree_attention_ws_pingpong(tq, kv_heads, groups, gs, max_blocks, true)}};
         if (dense_ms > 0) row["dense_over_total"] = dense_ms / (select_ms + attn_ms);
         rows.push_back(row);
         std::fprintf(stderr,
@@ -271,6 +278,7 @@ int main(int argc, char** argv) {
     switches[name] = value ? nlohmann::json(value) : nlohmann::json(nullptr);
   }
   switches["kv_multicast"] = kv_multicast;
+  switches["ws_pingpong"] = ws_pingpong;
   result["switches"] = switches;
   result.update(copy.json());
   std::puts(result.dump(2).c_str());

@@ -482,6 +482,9 @@ int main(int argc, char** argv) {
   app.add_option("--kv-multicast", kv_multicast,
                  "tree attention's two row-split CTAs of groups over 192 rows share each K/V load by TMA "
                  "multicast, else each loads it (true|false)");
+  bool ws_pingpong = true;  // the kernels' default (kernels/cuda/attention.h)
+  app.add_option("--ws-pingpong", ws_pingpong,
+                 "tree attention's warp-specialized consumer warpgroups take turns issuing their MMAs (true|false)");
   app.add_option("--profile", profile_path, "also run once under CUPTI capture into this session file");
   app.add_option("--commit", commit, "commit the binary was built from (for the JSON)");
   app.add_option("--out", out_path, "also write the JSON here");
@@ -493,6 +496,7 @@ int main(int argc, char** argv) {
   specula::cuda::set_shared_kv_attention_pairs(shared_kv_pairs);
   specula::cuda::set_shared_kv_attention_min_blocks(shared_kv_min_blocks);
   specula::cuda::set_tree_attention_kv_multicast(kv_multicast);
+  specula::cuda::set_tree_attention_ws_pingpong(ws_pingpong);
   specula::CudaBackendOptions options;
   options.cuda_graphs = graphs;
   options.tree_attention_kernels = !long_contexts.empty() && tree_kernels;
@@ -588,6 +592,7 @@ int main(int argc, char** argv) {
       {"shared_kv_pairs", shared_kv_pairs},
       {"shared_kv_min_blocks", shared_kv_min_blocks},
       {"kv_multicast", kv_multicast},
+      {"ws_pingpong", ws_pingpong},
       {"kv_capacity", kv_capacity},
       {"prompt_tokens", prompt.size()},
       {"decode_tokens", tokens},

@@ -175,6 +175,15 @@ __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
 }
 
+// Named barrier `id` (1..15: 0 is __syncthreads') over `threads` threads, a multiple of 32:
+// sync counts this warp and waits for the rest; arrive counts it and goes on.
+__device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(uint32_t id, uint32_t threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // Moves the warp's register budget up or down (a warpgroup instruction: every warp of the
 // warpgroup runs it), so a producer warpgroup can hand registers to the consumers.
 template <int N>

@@ -57,6 +57,9 @@ struct KernelArgs {
   // tree_attention_ws.cuh's kernels with row_splits 2 only: the two row-split CTAs of a (group, kv
   // head, chunk) are one (1, 1, 2) cluster, and each stage's K/V reaches both by TMA multicast.
   bool kv_pair;
+  // tree_attention_ws.cuh's kernels with two or three consumer warpgroups: they take turns issuing
+  // their MMAs (FA3's warpgroup ping-pong), so one's softmax runs under the other's MMAs.
+  bool pingpong;
 };
 
 // Entries a chunk of a (group, kv head) list takes: its real count spread over the planned chunks
@@ -667,12 +670,16 @@ struct Plan {
   int rows = 0, rows_pad = 0, warps = 0, threads = 0, cta_rows = 0, row_splits = 1;
   int chunks = 0;  // a list's entries spread over these (chunk_entries)
   size_t smem = 0;
-  bool kv_pair = false;  // KernelArgs::kv_pair
+  bool kv_pair = false;   // KernelArgs::kv_pair
+  bool pingpong = false;  // KernelArgs::pingpong
 };
 
 // The row-split CTAs of the warp-specialized tiers share their K/V loads by multicast unless
 // set_tree_attention_kv_multicast(false).
 std::atomic<bool> g_kv_multicast{true};
+// The warp-specialized tiers' consumer warpgroups take turns at the tensor cores unless
+// set_tree_attention_ws_pingpong(false).
+std::atomic<bool> g_ws_pingpong{true};
 
 // CTA pairs (clusters of 2) of a variant's shape the device holds at once: a pair must fit in one
 // GPC, so this need not be half the CTAs an SM count allows. Queried once per shape; 0 if refused.
@@ -731,6 +738,7 @@ Plan make_plan(const TreeQueries& tq, int kv_heads, int groups, int group_size, 
   // where the device holds every pair of the grid at once.
   p.kv_pair = v.producer_warps && p.row_splits == 2 && g_kv_multicast.load() &&
               resident_pairs(p.variant, p.threads, p.smem) * 2 >= p.chunks * base;
+  p.pingpong = v.producer_warps && p.cta_rows > 64 && g_ws_pingpong.load();
   return p;
 }
 
@@ -803,6 +811,7 @@ bool launch(const PagedKv& kv, const TreeQueries& tq, const int32_t* blocks, con
   const char* whole_env = std::getenv("SPECULA_SPARSE_WHOLE_STAGES");
   a.whole_sparse = !(whole_env && std::strcmp(whole_env, "0") == 0);
   a.kv_pair = p.kv_pair;
+  a.pingpong = p.pingpong;
   auto s = static_cast<cudaStream_t>(stream);
   const dim3 grid(p.chunks, kv.kv_heads, groups * p.row_splits);
   if (const auto tma_kernel = kVariants[p.variant].tma_kernel) {
@@ -835,6 +844,13 @@ void set_tree_attention_kv_multicast(bool on) { g_kv_multicast.store(on); }
 bool tree_attention_kv_multicast(const TreeQueries& tq, int kv_heads, int groups, int group_size, int max_blocks,
                                  bool sparse) {
   return make_plan(tq, kv_heads, groups, group_size, max_blocks, sparse).kv_pair;
+}
+
+void set_tree_attention_ws_pingpong(bool on) { g_ws_pingpong.store(on); }
+
+bool tree_attention_ws_pingpong(const TreeQueries& tq, int kv_heads, int groups, int group_size, int max_blocks,
+                                bool sparse) {
+  return make_plan(tq, kv_heads, groups, group_size, max_blocks, sparse).pingpong;
 }
 
 size_t attention_workspace_bytes(const TreeQueries& tq, int kv_heads, int groups, int group_size, int max_blocks) {

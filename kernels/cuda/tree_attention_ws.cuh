@@ -185,11 +185,27 @@ __global__ void __launch_bounds__(WG * 128 + 32 * ws::kProducerWarps, 1)
 #pragma unroll
     for (int b = 0; b < NB; ++b) pack_p<NB>(pf[b], s, b);
   };
+  // Ping-pong (KernelArgs::pingpong): each issue of a warpgroup's MMAs waits for its turn on named
+  // barrier 1 + wgi and passes the turn to the next warpgroup after it, so their softmaxes fall
+  // under each other's MMAs instead of meeting at the same stage. A barrier counts 256: its own
+  // warpgroup's sync and the previous one's arrive. The last warpgroup gives warpgroup 0 its first
+  // turn and keeps its own last, so that every barrier's arrivals match its syncs at exit.
+  const int n_wg = consumer_warps / 4;
+  const bool pingpong = a.pingpong && n_wg > 1;
+  auto turn_take = [&] {
+    if (pingpong) hopper::named_barrier_sync(1 + wgi, 256);
+  };
+  auto turn_pass = [&](bool last) {
+    if (pingpong && !(last && wgi == n_wg - 1)) hopper::named_barrier_arrive(1 + (wgi + 1) % n_wg, 256);
+  };
+  if (pingpong && wgi == n_wg - 1) hopper::named_barrier_arrive(1, 256);
 
   // Stage 0: S, softmax, P (O is still zero: no rescale).
   mbar_wait(&full[0], 0);
   fence();
+  turn_take();
   issue_qk(0);
+  turn_pass(false);
   wait<0>();
   pin(s);
   softmax(0);
@@ -199,9 +215,11 @@ __global__ void __launch_bounds__(WG * 128 + 32 * ws::kProducerWarps, 1)
     mbar_wait(&full[slot], (st / STAGES) & 1);
     pin(o);
     fence();
+    turn_take();
     issue_qk(slot);  // S of stage st ...
     issue_pv(prev);  // ... and O += P V of stage st - 1 behind it
-    wait<1>();       // S is in; P V may still run
+    turn_pass(false);
+    wait<1>();  // S is in; P V may still run
     pin(s);
     const bool moved = softmax(slot);
     wait<0>();
@@ -219,7 +237,9 @@ __global__ void __launch_bounds__(WG * 128 + 32 * ws::kProducerWarps, 1)
   }
   pin(o);
   fence();
+  turn_take();
   issue_pv((n_stages - 1) % STAGES);
+  turn_pass(true);
   wait<0>();
   pin(o);
   pdl_trigger();

@@ -11,8 +11,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <numeric>
 #include <set>
+#include <string>
 
 #include "kernels/cuda/device.h"
 #include "tests/kernels/cuda/attention_reference.h"
@@ -56,8 +58,14 @@ struct DeviceProblem {
   PagedKv kv;
   TreeQueries tq;
   explicit DeviceProblem(const Problem& p)
-      : k(p.k), v(p.v), bmin(p.bmin), bmax(p.bmax), q(p.q), out(size_t(p.nodes) * p.q_heads * kAttnHeadDim),
-        table(p.block_table), anc(p.ancestors) {
+      : k(p.k),
+        v(p.v),
+        bmin(p.bmin),
+        bmax(p.bmax),
+        q(p.q),
+        out(size_t(p.nodes) * p.q_heads * kAttnHeadDim),
+        table(p.block_table),
+        anc(p.ancestors) {
     kv = {k.ptr, v.ptr, bmin.ptr, bmax.ptr, table.ptr, p.kv_heads};
     tq = {q.ptr, anc.ptr, p.nodes, p.q_heads, p.prefix_len, p.scale};
     cudaMemset(out.ptr, 0xff, out.n * sizeof(uint16_t));  // poison: bf16 NaN
@@ -85,7 +93,9 @@ double relative_error(const Problem& p, const std::vector<uint16_t>& gpu, Allowe
 TEST(CudaTreeAttention, DenseMatchesReferenceOnRandomTrees) {
   if (device_count() == 0) GTEST_SKIP() << "skipped: no GPU (" << no_device_reason() << ")";
   std::mt19937_64 rng(fresh_seed());
-  struct Case { int nodes, prefix; };
+  struct Case {
+    int nodes, prefix;
+  };
   // The long contexts give each CTA several pipeline stages and a partial last one. Row counts
   // (nodes x 4 q heads a kv head) cover each kernel variant: <= 64 (mma.sync; from 768 blocks and
   // 17 rows the warp-specialized wgmma kernel ws2s3 with one consumer warpgroup: 12 nodes at
@@ -93,9 +103,9 @@ TEST(CudaTreeAttention, DenseMatchesReferenceOnRandomTrees) {
   // warpgroups) and 193..256 (57..64 nodes: ws2s3 over two CTAs); their 64-row warpgroups see
   // padding rows at 12, 29, 33, 37, 41, 57, 63 nodes. SPECULA_TREE_ATTN runs the same cases on the
   // other variants (bench/tree_attention_variants.sh).
-  for (Case c : {Case{1, 37}, Case{5, 0}, Case{8, 1000}, Case{16, 3001}, Case{29, 7001}, Case{32, 2048},
-                 Case{64, 517}, Case{64, 4096}, Case{37, 20011}, Case{64, 30000}, Case{33, 95}, Case{41, 0},
-                 Case{48, 1234}, Case{57, 9001}, Case{63, 16003}, Case{64, 65}, Case{12, 33001}}) {
+  for (Case c : {Case{1, 37}, Case{5, 0}, Case{8, 1000}, Case{16, 3001}, Case{29, 7001}, Case{32, 2048}, Case{64, 517},
+                 Case{64, 4096}, Case{37, 20011}, Case{64, 30000}, Case{33, 95}, Case{41, 0}, Case{48, 1234},
+                 Case{57, 9001}, Case{63, 16003}, Case{64, 65}, Case{12, 33001}}) {
     const Problem p = testing::make_problem(rng, 2, 8, c.nodes, c.prefix);
     DeviceProblem dp(p);
     const int max_blocks = p.nblocks;
@@ -109,23 +119,24 @@ TEST(CudaTreeAttention, DenseMatchesReferenceOnRandomTrees) {
   }
 }
 
-// Groups of more than 192 rows (49..64 nodes at GQA 4) run as two row-split CTAs a chunk, by
-// default a cluster that multicasts each K/V stage to both (tree_attention_ws.cuh); with
-// set_tree_attention_kv_multicast(false) each loads it. The same bits either way, dense and sparse
-// (first-query lists: every node of the tree in one group), and the dense reference holds.
-TEST(CudaTreeAttention, KvMulticastGivesTheSameBits) {
-  if (device_count() == 0) GTEST_SKIP() << "skipped: no GPU (" << no_device_reason() << ")";
+// A kernel switch of attention.h (set, and whether a call's plan takes the path) that must not
+// change a bit: each case runs with it off, then on, dense or sparse (first-query lists: every
+// node of the tree in one group), and the dense reference holds.
+struct SwitchCase {
+  int nodes, prefix;
+  bool sparse;
+};
+using SetSwitch = void (*)(bool);
+using SwitchTaken = bool (*)(const TreeQueries&, int, int, int, int, bool);
+void expect_same_bits_either_way(const char* what, SetSwitch set, SwitchTaken taken,
+                                 std::initializer_list<SwitchCase> cases) {
   std::mt19937_64 rng(fresh_seed());
   struct Restore {
-    ~Restore() { set_tree_attention_kv_multicast(true); }
-  } restore;
-  struct Case {
-    int nodes, prefix;
-    bool sparse;
-  };
-  for (Case c : {Case{64, 30000, false}, Case{60, 9001, false}, Case{57, 517, false}, Case{49, 0, false},
-                 Case{64, 20000, true}, Case{60, 7001, true}, Case{52, 3000, true}}) {
-    SCOPED_TRACE("nodes " + std::to_string(c.nodes) + " prefix " + std::to_string(c.prefix) +
+    SetSwitch set;
+    ~Restore() { set(true); }
+  } restore{set};
+  for (SwitchCase c : cases) {
+    SCOPED_TRACE(std::string(what) + ": nodes " + std::to_string(c.nodes) + " prefix " + std::to_string(c.prefix) +
                  (c.sparse ? " sparse" : " dense"));
     const Problem p = testing::make_problem(rng, 2, 8, c.nodes, c.prefix);
     DeviceProblem dp(p);
@@ -144,10 +155,10 @@ TEST(CudaTreeAttention, KvMulticastGivesTheSameBits) {
     }
     DeviceBuffer<unsigned char> ws(attention_workspace_bytes(dp.tq, p.kv_heads, groups, gs, max_blocks));
     std::vector<uint16_t> out[2];
-    bool paired[2] = {};
+    bool took[2] = {};
     for (int on = 0; on < 2; ++on) {
-      set_tree_attention_kv_multicast(on == 1);
-      paired[on] = tree_attention_kv_multicast(dp.tq, p.kv_heads, groups, gs, max_blocks, c.sparse);
+      set(on == 1);
+      took[on] = taken(dp.tq, p.kv_heads, groups, gs, max_blocks, c.sparse);
       cudaMemset(dp.out.ptr, 0xff, dp.out.n * sizeof(uint16_t));
       const bool ok = c.sparse ? tree_attention_sparse(dp.kv, dp.tq, lists, dp.out.ptr, ws.ptr, ws.n, nullptr, &error)
                                : tree_attention_dense(dp.kv, dp.tq, dp.out.ptr, ws.ptr, ws.n, nullptr, &error);
@@ -155,15 +166,37 @@ TEST(CudaTreeAttention, KvMulticastGivesTheSameBits) {
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       out[on] = dp.out.to_host();
     }
-    EXPECT_FALSE(paired[0]);
-    EXPECT_TRUE(paired[1]) << "the device did not take the multicast pairs";
+    EXPECT_FALSE(took[0]);
+    EXPECT_TRUE(took[1]) << "the call did not take the switched path";
     EXPECT_EQ(0, std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(uint16_t)));
     // (The sparse lists' own reference is EveryQueryModeMatchesReference's, on the same path.)
     const double err = c.sparse ? 0.0 : relative_error(p, out[1], [](int, int, int) { return true; });
     EXPECT_LT(err, 1e-2);
-    std::printf("kv multicast nodes=%d prefix=%d %s paired=%d dense rel_err=%.2e\n", c.nodes, c.prefix,
-                c.sparse ? "sparse" : "dense", int(paired[1]), err);
+    std::printf("%s nodes=%d prefix=%d %s taken=%d dense rel_err=%.2e\n", what, c.nodes, c.prefix,
+                c.sparse ? "sparse" : "dense", int(took[1]), err);
   }
+}
+
+// Groups of more than 192 rows (49..64 nodes at GQA 4) run as two row-split CTAs a chunk, by
+// default a cluster that multicasts each K/V stage to both (tree_attention_ws.cuh); with
+// set_tree_attention_kv_multicast(false) each loads it.
+TEST(CudaTreeAttention, KvMulticastGivesTheSameBits) {
+  if (device_count() == 0) GTEST_SKIP() << "skipped: no GPU (" << no_device_reason() << ")";
+  expect_same_bits_either_way(
+      "kv multicast", set_tree_attention_kv_multicast, tree_attention_kv_multicast,
+      {SwitchCase{64, 30000, false}, SwitchCase{60, 9001, false}, SwitchCase{57, 517, false}, SwitchCase{49, 0, false},
+       SwitchCase{64, 20000, true}, SwitchCase{60, 7001, true}, SwitchCase{52, 3000, true}});
+}
+
+// The warp-specialized tier's consumer warpgroups taking turns (FA3's ping-pong) against each
+// issuing freely: two warpgroups (29..32 nodes: ws2s3, one CTA; 49..64: two CTAs, multicast
+// pairs) and three (33..48: ws3s4), with padding rows at 29, 33, 41 and 57 nodes.
+TEST(CudaTreeAttention, WsPingPongGivesTheSameBits) {
+  if (device_count() == 0) GTEST_SKIP() << "skipped: no GPU (" << no_device_reason() << ")";
+  expect_same_bits_either_way("ws ping-pong", set_tree_attention_ws_pingpong, tree_attention_ws_pingpong,
+                              {SwitchCase{29, 7001, false}, SwitchCase{32, 2048, false}, SwitchCase{33, 95, false},
+                               SwitchCase{41, 20011, false}, SwitchCase{48, 1234, false}, SwitchCase{57, 9001, false},
+                               SwitchCase{64, 30000, false}, SwitchCase{40, 20000, true}, SwitchCase{64, 20000, true}});
 }
 
 TEST(CudaTreeAttention, RejectsTooManyNodes) {
@@ -304,8 +337,10 @@ void check_sparse_mode(QueryMode mode, int nodes, int prefix, std::mt19937_64& r
           continue;
         }
         const double sc = testing::reference_quest_score(p, sel_node, h, b);
-        if (set.count(b)) worst_in = std::min(worst_in, sc);
-        else best_out = std::max(best_out, sc);
+        if (set.count(b))
+          worst_in = std::min(worst_in, sc);
+        else
+          best_out = std::max(best_out, sc);
       }
       if (worst_in != INFINITY && best_out != -INFINITY) {
         EXPECT_GE(worst_in, best_out - 1e-3);
@@ -316,9 +351,8 @@ void check_sparse_mode(QueryMode mode, int nodes, int prefix, std::mt19937_64& r
     }
   }
 
-  const double err = relative_error(p, dp.out.to_host(), [&](int n, int h, int b) {
-    return sets[h / (p.q_heads / p.kv_heads)][n].count(b) > 0;
-  });
+  const double err = relative_error(
+      p, dp.out.to_host(), [&](int n, int h, int b) { return sets[h / (p.q_heads / p.kv_heads)][n].count(b) > 0; });
   EXPECT_LT(err, 1e-2);
   std::printf("sparse %s nodes=%d prefix=%d rel_err=%.2e\n", query_mode_name(mode), nodes, prefix, err);
 }
