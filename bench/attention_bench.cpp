@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
   int iterations = 20, batch_calls = 50, q_heads = 32, kv_heads = 8, top_k = 128, group_size = 8;
   double keep_fraction = 0;  // > 0: top_k = ceil(keep_fraction · committed blocks) instead of --top-k
   bool dense_only = false;
-  std::string kv_multicast = "on", ws_pingpong = "on";
+  std::string kv_multicast = "on", ws_pingpong = "off";  // the kernels' defaults (kernels/cuda/attention.h)
   // Which kernels run: "dense" and the sparse modes by query_mode_name (a profiler run picks one).
   const std::vector<std::string> all_kernels = {"dense", "per_query", "first_query", "group_union", "group_shared"};
   std::vector<std::string> kernels = all_kernels;

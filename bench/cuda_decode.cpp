@@ -482,7 +482,7 @@ int main(int argc, char** argv) {
   app.add_option("--kv-multicast", kv_multicast,
                  "tree attention's two row-split CTAs of groups over 192 rows share each K/V load by TMA "
                  "multicast, else each loads it (true|false)");
-  bool ws_pingpong = true;  // the kernels' default (kernels/cuda/attention.h)
+  bool ws_pingpong = false;  // the kernels' default (kernels/cuda/attention.h)
   app.add_option("--ws-pingpong", ws_pingpong,
                  "tree attention's warp-specialized consumer warpgroups take turns issuing their MMAs (true|false)");
   app.add_option("--profile", profile_path, "also run once under CUPTI capture into this session file");

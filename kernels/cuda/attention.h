@@ -100,8 +100,9 @@ bool tree_attention_kv_multicast(const TreeQueries& tq, int kv_heads, int groups
 
 // The warp-specialized tier's two or three consumer warpgroups a CTA (65..256 query rows a group)
 // take turns issuing their tensor-core work, FlashAttention-3's ping-pong, so that one's softmax
-// runs while the other's MMAs do; on by default. Off: each issues as soon as its stage is loaded.
-// Both give the same bits. For A/B timing and the test that compares the two, as above.
+// runs while the other's MMAs do. Off by default (it measured slower: their softmaxes already
+// overlap, and the turns stall them): each issues as soon as its stage is loaded. Both give the
+// same bits. For A/B timing and the test that compares the two, as above.
 void set_tree_attention_ws_pingpong(bool on);
 // Whether a call of this shape (sparse: block lists given) takes the ping-pong.
 bool tree_attention_ws_pingpong(const TreeQueries& tq, int kv_heads, int groups, int group_size, int max_blocks,

@@ -337,7 +337,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
           mx[m][r] = -INFINITY;
           if (whole) {
 #pragma unroll
-            for (int j = 0; j < 2 * NBC; ++j) mx[m][r] = fmaxf(mx[m][r], fmaxf(s[m][j][2 * r], s[m][j][2 * r + 1]));
+            mx[m][r] = row_max(reinterpret_cast<const float(&)[2 * NBC * 4]>(s[m]), r);
           } else {
             const int node = row_node[m][r];
 #pragma unroll
@@ -381,17 +381,8 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
           alpha[m][r] = m_new == m_run[m][r] ? 1.f : ex2(fmaf(m_run[m][r], a.scale_log2, -offset));
           moved = moved || m_new != m_run[m][r];
           m_run[m][r] = m_new;
-          float sum = 0.f;
-#pragma unroll
-          for (int j = 0; j < 2 * NBC; ++j) {
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-              float& x = s[m][j][2 * r + c];
-              x = ex2(fmaf(x, a.scale_log2, -offset));
-              sum += x;
-            }
-          }
-          l_run[m][r] = fmaf(l_run[m][r], alpha[m][r], sum);
+          l_run[m][r] = fmaf(l_run[m][r], alpha[m][r],
+                             exp_row(reinterpret_cast<float(&)[2 * NBC * 4]>(s[m]), r, a.scale_log2, offset));
         }
       }
       // Once the running maxima settle, alpha is 1 for whole warps: skip the rescale.
@@ -677,9 +668,10 @@ struct Plan {
 // The row-split CTAs of the warp-specialized tiers share their K/V loads by multicast unless
 // set_tree_attention_kv_multicast(false).
 std::atomic<bool> g_kv_multicast{true};
-// The warp-specialized tiers' consumer warpgroups take turns at the tensor cores unless
-// set_tree_attention_ws_pingpong(false).
-std::atomic<bool> g_ws_pingpong{true};
+// The warp-specialized tiers' consumer warpgroups take turns at the tensor cores only after
+// set_tree_attention_ws_pingpong(true): 2-8% slower at 48-64 nodes on the H100
+// (bench/results/ws_pingpong_ab_s27_h100_2026-12-07.json), kept for A/B.
+std::atomic<bool> g_ws_pingpong{false};
 
 // CTA pairs (clusters of 2) of a variant's shape the device holds at once: a pair must fit in one
 // GPC, so this need not be half the CTAs an SM count allows. Queried once per shape; 0 if refused.
