@@ -58,7 +58,8 @@ struct KernelArgs {
   // head, chunk) are one (1, 1, 2) cluster, and each stage's K/V reaches both by TMA multicast.
   bool kv_pair;
   // tree_attention_ws.cuh's kernels with two or three consumer warpgroups: they take turns issuing
-  // their MMAs (FA3's warpgroup ping-pong), so one's softmax runs under the other's MMAs.
+  // their MMAs (FA3's warpgroup ping-pong), so one's softmax runs under the other's MMAs. Off
+  // unless set_tree_attention_ws_pingpong(true): it measured slower (g_ws_pingpong).
   bool pingpong;
 };
 
