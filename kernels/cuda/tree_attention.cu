@@ -96,6 +96,57 @@ __device__ __forceinline__ void fetch_entry(const KernelArgs& a, const ChunkRang
   if (a.list_blocks && want_members) members = a.list_members[r.list_base + r.begin + entry];
 }
 
+// A warp's view of its CTA's range, 32 entries (a window) at a time: lane i holds entry 32w + i
+// of the current window w and of window w + 1 (logical, physical, members), and the list reads of
+// window w + 2 are in flight. Why: fetch_entry one stage ahead makes every stage wait on two
+// dependent round trips (list, then block table) before its copies can issue, so a short sparse
+// list's CTA (4-6 stages at 64K, 10% kept) spent most of its time on that chain; here the chain is
+// paid once at the start, with all 32 lanes' loads in flight, and each later window's lookups have
+// a whole window's stages to land. Every lane of the warp calls start() / stage(), at warp-uniform
+// points (they shuffle). The stages must come in order from 0, NB dividing 32.
+struct EntryWindow {
+  int cur_logical, cur_phys, next_logical, next_phys, far_logical;
+  uint64_t cur_members, next_members, far_members;
+  int window = 0;  // the current window's index
+
+  __device__ __forceinline__ static void read(const KernelArgs& a, const ChunkRange& r, int entry, int& logical,
+                                              uint64_t& members) {
+    logical = -1;
+    members = ~0ull;
+    if (entry >= r.n_entries) return;
+    logical = a.list_blocks ? a.list_blocks[r.list_base + r.begin + entry] : r.begin + entry;
+    if (a.list_blocks) members = a.list_members[r.list_base + r.begin + entry];
+  }
+  __device__ __forceinline__ static int lookup(const KernelArgs& a, int logical) {
+    return logical >= 0 ? a.block_table[logical] : 0;
+  }
+  __device__ __forceinline__ void start(const KernelArgs& a, const ChunkRange& r, int lane) {
+    read(a, r, lane, cur_logical, cur_members);
+    read(a, r, 32 + lane, next_logical, next_members);
+    read(a, r, 64 + lane, far_logical, far_members);
+    cur_phys = lookup(a, cur_logical);
+    next_phys = lookup(a, next_logical);
+  }
+  // Entry st * NB + blk (blk < NB) of stage st: its logical block (-1 past the range), physical
+  // block and members, from lane (st * NB + blk) % 32 of the window that holds it.
+  template <int NB>
+  __device__ __forceinline__ void stage(const KernelArgs& a, const ChunkRange& r, int lane, int st, int blk,
+                                        int& logical, int& phys, uint64_t& members) {
+    static_assert(32 % NB == 0, "a stage lies in one window");
+    if (st * NB / 32 != window) {  // the next window: shift, look up the one after, read the third
+      ++window;
+      cur_logical = next_logical, cur_phys = next_phys, cur_members = next_members;
+      next_logical = far_logical, next_members = far_members;
+      next_phys = lookup(a, next_logical);
+      read(a, r, 32 * (window + 2) + lane, far_logical, far_members);
+    }
+    const int src = (st * NB + blk) % 32;
+    logical = __shfl_sync(0xffffffffu, cur_logical, src);
+    phys = __shfl_sync(0xffffffffu, cur_phys, src);
+    members = __shfl_sync(0xffffffffu, cur_members, src);
+  }
+};
+
 // The nodes whose rows a warp computes (bit n: node n; -1 entries are padding rows), the same
 // value in every lane: what read_stage asks of a sparse stage's members.
 template <int N>
@@ -161,13 +212,14 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
   const int n_stages = (range.n_entries + NB - 1) / NB;
 
   // Loading: the CTA's threads form NB teams, team b copies block b of each stage, so each thread
-  // needs one physical block id per stage, fetched one stage early (off the issue path).
+  // needs one physical block id per stage, taken from its warp's EntryWindow one stage early.
   const int team = blockDim.x / NB, my_blk = threadIdx.x / team, my_t = threadIdx.x % team;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   int next_logical = -1, next_phys = -1;
   uint64_t next_members = ~0ull;
-  auto fetch = [&](int st) {
-    fetch_entry(a, range, st * NB + my_blk, my_t == 0, next_logical, next_phys, next_members);
-  };
+  EntryWindow entries;
+  entries.start(a, range, lane);
+  auto fetch = [&](int st) { entries.stage<NB>(a, range, lane, st, my_blk, next_logical, next_phys, next_members); };
   auto issue = [&](int slot) {
     if (next_logical >= 0) {
       const size_t head_off = (size_t(next_phys) * a.kv_heads + kvh) * B * D;
@@ -195,32 +247,11 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
     }
   };
 
-  fetch(0);
-  for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < n_stages) issue(s);
-    cp_async_commit();
-    fetch(s + 1);
-  }
-
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   const int row0 = cta_row0 + warp * 16 * MT;
   const bool computes = row0 < a.rows;
   const int node0 = group * a.group_size;
   const int total_len = a.prefix_len + a.nodes;
-
-  // QS: the group's Q rows (zeros for padding) into shared memory, 16 bytes a thread a step; the
-  // main loop's first barrier publishes them.
-  if constexpr (QS) {
-    for (int i = threadIdx.x; i < a.cta_rows * (D / 8); i += blockDim.x) {
-      const int row = cta_row0 + i / (D / 8), col = i % (D / 8) * 8, local = row / gqa;
-      uint4 x = make_uint4(0u, 0u, 0u, 0u);
-      if (row < a.rows && node0 + local < a.nodes)
-        x = *reinterpret_cast<const uint4*>(a.q + (size_t(node0 + local) * a.q_heads + kvh * gqa + row % gqa) * D +
-                                            col);
-      *reinterpret_cast<uint4*>(qs + (row - cta_row0) * kRowPad + col) = x;
-    }
-  }
 
   // This thread's rows: g and g+8 of each of its MT tiles; node -1 for padding rows.
   int row_node[MT][2];
@@ -245,6 +276,28 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
           }
         }
       }
+    }
+  }
+
+  // The ring's first stages (the !QS Q loads above are in flight meanwhile: they do not wait on the
+  // entries' chain).
+  fetch(0);
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < n_stages) issue(s);
+    cp_async_commit();
+    fetch(s + 1);
+  }
+
+  // QS: the group's Q rows (zeros for padding) into shared memory, 16 bytes a thread a step; the
+  // main loop's first barrier publishes them. After the ring's first copies: these loads wait.
+  if constexpr (QS) {
+    for (int i = threadIdx.x; i < a.cta_rows * (D / 8); i += blockDim.x) {
+      const int row = cta_row0 + i / (D / 8), col = i % (D / 8) * 8, local = row / gqa;
+      uint4 x = make_uint4(0u, 0u, 0u, 0u);
+      if (row < a.rows && node0 + local < a.nodes)
+        x = *reinterpret_cast<const uint4*>(a.q + (size_t(node0 + local) * a.q_heads + kvh * gqa + row % gqa) * D +
+                                            col);
+      *reinterpret_cast<uint4*>(qs + (row - cta_row0) * kRowPad + col) = x;
     }
   }
 

@@ -56,6 +56,14 @@ template <class T>
 T __shfl_xor_sync(unsigned, T v, int x) { return shfl_from(v, emu::lane ^ x); }
 template <class T>
 T __shfl_sync(unsigned, T v, int j) { return shfl_from(v, j); }
+inline uint32_t __reduce_or_sync(unsigned, uint32_t v) {
+  emu::warp->slot[emu::lane][6] = v;
+  emu::warp->bar.arrive_and_wait();
+  uint32_t all = 0;
+  for (int i = 0; i < 32; ++i) all |= uint32_t(emu::warp->slot[i][6]);
+  emu::warp->bar.arrive_and_wait();
+  return all;
+}
 inline bool __any_sync(unsigned, bool p) {
   emu::warp->slot[emu::lane][6] = p;
   emu::warp->bar.arrive_and_wait();
@@ -289,6 +297,9 @@ int run_variant(std::mt19937_64& rng) {
   if (MT == 2) chk(run_case<MT, NB, NBC, STAGES, WARPS, QS>(rng, 40, 300, 7, true, 16));
   chk(run_case<MT, NB, NBC, STAGES, WARPS, QS>(rng, 23, 200, 6, false, 0, 2));  // gqa 1
   chk(run_case<MT, NB, NBC, STAGES, WARPS, QS>(rng, 29, 150, 5, false, 0, 4));  // gqa 2
+  // Ranges past the kernel's first EntryWindows (32 entries each): 126 and ~80 entries a CTA.
+  chk(run_case<MT, NB, NBC, STAGES, WARPS, QS>(rng, 8, 2000, 200, false, 0));
+  chk(run_case<MT, NB, NBC, STAGES, WARPS, QS>(rng, 13, 3000, 400, true, 13));
   return fails;
 }
 
@@ -301,6 +312,8 @@ int main(int argc, char** argv) {
   if (std::getenv("EMU_QUICK")) {
     fails += !(run_case<2, 4, 4, 4, 8, true>(rng, 8, 1000, 13, false, 0) < 1e-2);
     fails += !(run_case<2, 4, 4, 4, 8, true>(rng, 13, 600, 5, true, 4) < 1e-2);
+    fails += !(run_case<1, 4, 4, 3, 8, false>(rng, 8, 2000, 200, false, 0) < 1e-2);
+    fails += !(run_case<1, 4, 4, 3, 8, false>(rng, 13, 3000, 400, true, 13) < 1e-2);
     std::printf("%s (%d failing cases)\n", fails ? "FAILED" : "PASSED", fails);
     return fails ? 1 : 0;
   }

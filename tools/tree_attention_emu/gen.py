@@ -8,6 +8,9 @@ import sys
 root, out = sys.argv[1], sys.argv[2]
 src = open(f"{root}/kernels/cuda/tree_attention.cu").read()
 region = src[src.index("struct KernelArgs {"):src.index("// One compiled configuration of the chunk kernel.")]
+# The wgmma / warp-specialized tiers (their own headers, included at the end of the region) are
+# not emulated: they need TMA, mbarriers and wgmma.
+region = re.sub(r'#include "kernels/cuda/tree_attention_w[a-z]*\.cuh".*\n', "", region)
 region = region.replace("extern __shared__ __align__(16) unsigned char smem_raw[];",
                         "unsigned char* smem_raw = emu::smem;")
 region = re.sub(r"__global__ void __launch_bounds__\([^)]*\)\s*", "void ", region)
