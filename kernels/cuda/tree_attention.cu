@@ -391,7 +391,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
           mx[m][r] = -INFINITY;
           if (whole) {
 #pragma unroll
-            for (int j = 0; j < 2 * NBC; ++j) mx[m][r] = fmaxf(mx[m][r], fmaxf(s[m][j][2 * r], s[m][j][2 * r + 1]));
+            mx[m][r] = row_max(reinterpret_cast<const float(&)[2 * NBC * 4]>(s[m]), r);
           } else {
             const int node = row_node[m][r];
 #pragma unroll
@@ -435,17 +435,8 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
           alpha[m][r] = m_new == m_run[m][r] ? 1.f : ex2(fmaf(m_run[m][r], a.scale_log2, -offset));
           moved = moved || m_new != m_run[m][r];
           m_run[m][r] = m_new;
-          float sum = 0.f;
-#pragma unroll
-          for (int j = 0; j < 2 * NBC; ++j) {
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-              float& x = s[m][j][2 * r + c];
-              x = ex2(fmaf(x, a.scale_log2, -offset));
-              sum += x;
-            }
-          }
-          l_run[m][r] = fmaf(l_run[m][r], alpha[m][r], sum);
+          l_run[m][r] = fmaf(l_run[m][r], alpha[m][r],
+                             exp_row(reinterpret_cast<float(&)[2 * NBC * 4]>(s[m]), r, a.scale_log2, offset));
         }
       }
       // Once the running maxima settle, alpha is 1 for whole warps: skip the rescale.
