@@ -2,7 +2,7 @@
 # Two builds of the tree-attention kernels timed side by side on one warm machine (a change that
 # has no run-time switch): bench_attention at 64K and 128K, 10% of blocks kept, old / new / old /
 # new, and bench_cuda_decode's synthetic Llama-3.1-8B 60-node verify at 64K the same way.
-# Logs and JSON go to /tmp/binary_ab and into $OUT/binary_ab.tgz; bench/attention_switch_summary.py
+# Logs and JSON go to /tmp/$AB_NAME and into $OUT/$AB_NAME.tgz (AB_NAME defaults to binary_ab); bench/attention_switch_summary.py
 # folds them (old as "off", new as "on").
 # Usage: bench/attention_binary_ab.sh <old dir> <new dir> <old commit> <new commit> [old bench_attention
 #        flags] [old bench_cuda_decode flags]   (flags that give the old build the new one's defaults)
@@ -17,7 +17,8 @@ for d in "$OLD" "$NEW"; do
     [ -x "$d/$b" ] || { echo "attention_binary_ab: $d/$b is missing or not executable" >&2; exit 2; }
   done
 done
-R=/tmp/binary_ab
+NAME=${AB_NAME:-binary_ab}  # the logs directory under /tmp and the archive name
+R=/tmp/$NAME
 mkdir -p "$R"
 nvidia-smi --query-gpu=name,driver_version --format=csv > "$R/smi.txt"
 A="--contexts 65536 131072 --nodes 8 16 32 48 60 64 --keep-fraction 0.1 --kernels dense first_query group_shared"
@@ -38,5 +39,5 @@ for round in 1 2; do
     echo "bench_cuda_decode $commit round $round rc=$?" | tee -a "$R/summary.txt"
   done
 done
-[ -n "$OUT" ] && tar czf "$OUT/binary_ab.tgz" -C "$R" .
+[ -n "$OUT" ] && tar czf "$OUT/$NAME.tgz" -C "$R" .
 cat "$R/summary.txt"
