@@ -189,9 +189,13 @@ __device__ __forceinline__ bool read_stage(const KernelArgs& a, const int32_t* s
 // registers); STAGES: stages in the ring (STAGES - 1 in flight); WARPS: most warps a CTA may have
 // (rows past them go to further CTAs, KernelArgs::row_splits); QS: Q lives in shared memory and
 // its A fragments are ldmatrix'ed each step (frees the 32 * MT registers that hold Q otherwise,
-// for 64-key softmax steps at 32 rows a warp).
-template <int MT, int NB, int NBC, int STAGES, int WARPS, bool QS>
+// for 64-key softmax steps at 32 rows a warp). KS: warps a row tile, splitting each stage's
+// blocks (warp part p takes blocks p * NB / KS .. (p + 1) * NB / KS - 1) and meeting in shared
+// memory at the end: a short list's CTA of few row tiles (8 nodes: 2 tiles) otherwise left
+// half its warps loading only, while every stage's softmax ran on the other half.
+template <int MT, int NB, int NBC, int STAGES, int WARPS, bool QS, int KS = 1>
 __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(KernelArgs a) {
+  static_assert(NB % (KS * NBC) == 0, "a warp part is whole softmax steps");
   static_assert(NB % NBC == 0, "a stage is whole softmax steps");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto* ks = reinterpret_cast<__nv_bfloat16*>(smem_raw);                        // [STAGES][NB][B][kRowPad]
@@ -248,8 +252,10 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
   };
 
   const int g = lane / 4, t = lane % 4;
-  const int row0 = cta_row0 + warp * 16 * MT;
-  const bool computes = row0 < a.rows;
+  const int tiles = a.cta_rows / (16 * MT);  // row tiles a part
+  const int part = warp / tiles;             // KS > 1: which blocks of a stage this warp takes
+  const int row0 = cta_row0 + warp % tiles * 16 * MT;
+  const bool computes = part < KS && row0 < a.rows;
   const int node0 = group * a.group_size;
   const int total_len = a.prefix_len + a.nodes;
 
@@ -335,6 +341,9 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
     // The stage's blocks in steps of NBC: QK^T, one softmax update, PV per step.
 #pragma unroll
     for (int b0 = 0; b0 < NB; b0 += NBC) {
+      if constexpr (KS > 1) {
+        if (b0 / (NB / KS) != part) continue;  // warp-uniform; indices stay compile-time
+      }
       // S = Q K^T (unscaled): per tile, 16 rows x NBC*16 keys as 2*NBC n-tiles of 8 keys.
       float s[MT][2 * NBC][4];
 #pragma unroll
@@ -482,6 +491,55 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
   }
   cp_async_wait<0>();
   pdl_trigger();
+  if constexpr (KS > 1) {
+    // Parts 1.. leave (m, l, O) in the drained ring, a lane's own values; part 0 folds them in:
+    // M = max of the parts' maxima, each part scaled by 2^((m_p - M) x scale) (0 for m_p = -inf).
+    constexpr int kVals = MT * (64 + 4);  // a lane's O, m and l
+    static_assert((KS - 1) * (WARPS / KS) * kVals * 32 * sizeof(float) <= STAGES * NB * 2 * kTile * sizeof(__nv_bfloat16),
+                  "the parts' exchange fits in the K/V ring");
+    float* xs = reinterpret_cast<float*>(smem_raw);  // [KS - 1][tiles][kVals][32]
+    __syncthreads();                                 // every warp is past its last ring read
+    if (computes && part > 0) {
+      float* mine = xs + ((part - 1) * tiles + warp % tiles) * kVals * 32 + lane;
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+#pragma unroll
+        for (int i = 0; i < 16; ++i)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) mine[((m * 16 + i) * 4 + c) * 32] = o[m][i][c];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          mine[(MT * 64 + m * 4 + r) * 32] = m_run[m][r];
+          mine[(MT * 64 + m * 4 + 2 + r) * 32] = l_run[m][r];
+        }
+      }
+    }
+    __syncthreads();
+    if (!computes || part > 0) return;
+#pragma unroll
+    for (int p = 1; p < KS; ++p) {
+      const float* theirs = xs + ((p - 1) * tiles + warp % tiles) * kVals * 32 + lane;
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        float f_mine[2], f_theirs[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const float m_p = theirs[(MT * 64 + m * 4 + r) * 32], l_p = theirs[(MT * 64 + m * 4 + 2 + r) * 32];
+          const float m_new = fmaxf(m_run[m][r], m_p);
+          const float offset = m_new == -INFINITY ? 0.f : m_new * a.scale_log2;
+          f_mine[r] = m_run[m][r] == -INFINITY ? 0.f : ex2(fmaf(m_run[m][r], a.scale_log2, -offset));
+          f_theirs[r] = m_p == -INFINITY ? 0.f : ex2(fmaf(m_p, a.scale_log2, -offset));
+          m_run[m][r] = m_new;
+          l_run[m][r] = l_run[m][r] * f_mine[r] + l_p * f_theirs[r];
+        }
+#pragma unroll
+        for (int i = 0; i < 16; ++i)
+#pragma unroll
+          for (int c = 0; c < 4; ++c)
+            o[m][i][c] = o[m][i][c] * f_mine[c / 2] + theirs[((m * 16 + i) * 4 + c) * 32] * f_theirs[c / 2];
+      }
+    }
+  }
   if (!computes) return;
 
   const size_t part_row0 = ((size_t(group) * a.kv_heads + kvh) * a.chunks + chunk) * a.rows_pad;
@@ -609,6 +667,7 @@ struct Variant {
   int warpgroups = 0;  // > 0: the wgmma kernel (tree_attention_wgmma.cuh), 64 rows a warpgroup
   void (*tma_kernel)(KernelArgs, CUtensorMap, CUtensorMap) = nullptr;  // set: the producer/consumer wgmma kernel
   int producer_warps = 0;  // > 0: tree_attention_ws.cuh's kernel, its producer warps after the consumers
+  int ks = 1;              // the chunk kernel's KS: warps a row tile, each taking part of every stage
 };
 
 constexpr Variant kVariants[] = {
@@ -624,6 +683,8 @@ constexpr Variant kVariants[] = {
     {"ws2s3", 1, 8, 3, 8, true, nullptr, 2, tree_attention_ws_kernel<2, 8, 3>, ws::kProducerWarps},
     // 3 consumer warpgroups (192 rows: 48 nodes in one CTA), 64-key stages, 4 slots.
     {"ws3s4", 1, 4, 4, 12, true, nullptr, 3, tree_attention_ws_kernel<3, 4, 4>, ws::kProducerWarps},
+    // m1b4 with two warps a row tile, each taking 2 blocks of a stage (KS 2; up to 4 row tiles).
+    {"m1b4k2", 1, 4, 3, 8, false, tree_attention_chunk_kernel<1, 4, 2, 3, 8, false, 2>, 0, nullptr, 0, 2},
 };
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
@@ -758,10 +819,10 @@ Plan make_plan(const TreeQueries& tq, int kv_heads, int groups, int group_size, 
   p.rows_pad = (p.rows + tile_rows - 1) / tile_rows * tile_rows;
   // Rows past what one CTA's warps hold go to further CTAs over the same KV chunk (their second
   // read of it mostly hits L2: they run in the same wave).
-  const int most_rows = v.warpgroups ? 64 * v.warpgroups : tile_rows * v.max_warps;
+  const int most_rows = v.warpgroups ? 64 * v.warpgroups : tile_rows * v.max_warps / v.ks;
   p.row_splits = (p.rows_pad + most_rows - 1) / most_rows;
   p.cta_rows = std::min(p.rows_pad, most_rows);
-  p.warps = v.warpgroups ? p.cta_rows / 16 : std::max(4, p.cta_rows / tile_rows);
+  p.warps = v.warpgroups ? p.cta_rows / 16 : std::max(4, p.cta_rows / tile_rows * v.ks);
   p.threads = (p.warps + v.producer_warps) * 32;
   p.smem = variant_smem(v, p.cta_rows);
   // One full wave of CTAs (at most 4 per SM: more only adds partials to merge; rounded down to a
