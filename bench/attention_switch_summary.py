@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Folds what bench/attention_switch_ab.sh left (the logs folder, or its $OUT tgz unpacked) into one
+"""Folds what bench/attention_switch_ab.sh or attention_binary_ab.sh left (the logs folder, or its $OUT tgz unpacked) into one
 bench/results JSON: the phase summary lines as checks, each bench_attention row's ms and batched ms
 off and on (one value a round), whether the call took the switched path, and bench_cuda_decode's
 8B verify times off and on.
@@ -25,7 +25,10 @@ def load(path):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("dir")
-    ap.add_argument("switch", choices=["kv-multicast", "ws-pingpong"])
+    # kv-multicast or ws-pingpong (attention_switch_ab.sh: the rows then say whether the call took
+    # the switched path), or the name of a change timed by attention_binary_ab.sh (old = off).
+    ap.add_argument("switch", type=lambda s: s if re.fullmatch(r"[a-z0-9][a-z0-9-]*", s) else
+                    sys.exit(f"attention_switch_summary: bad switch name {s!r}"))
     ap.add_argument("commit")
     ap.add_argument("out")
     ap.add_argument("--note", default="")
@@ -45,6 +48,7 @@ def main():
         d = load(path)
         for k in ("device", "host", "copy_bandwidth_GBps"):
             result.setdefault(k, d.get(k))
+        result.setdefault(f"{m.group(1)}_commit", d.get("commit"))
         result.setdefault("attention_command", d.get("command"))
         for row in d.get("rows", []):
             name = f"{row['kernel']} ctx={row['context']} nodes={row['nodes']}"
@@ -52,8 +56,8 @@ def main():
             entry.setdefault(f"{m.group(1)}_ms", []).append(row["ms"])
             if "ms_batched" in row:
                 entry.setdefault(f"{m.group(1)}_ms_batched", []).append(row["ms_batched"])
-            if m.group(1) == "on":
-                entry[f"{key}_taken"] = row.get(key)
+            if m.group(1) == "on" and key in row:
+                entry[f"{key}_taken"] = row[key]
     if attention:
         result["attention_runs"] = attention
     verify = {}
