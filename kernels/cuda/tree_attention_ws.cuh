@@ -104,24 +104,24 @@ __global__ void __launch_bounds__(WG * 128 + 32 * ws::kProducerWarps, 1)
 
   if (warp >= consumer_warps) {
     // Producer: lane b < NB of its first warp loads block b of each stage (K and V, two 64-dim
-    // halves each: 4 TMA boxes of 16 keys x 128 B), its block id from the warp's EntryWindow (all
-    // 32 lanes hold entries; a short sparse list's stages no longer wait on a list read and a
-    // table lookup each); with kv_pair only the lanes of the CTA of rank b % 2 issue it,
-    // multicast to both.
+    // halves each: 4 TMA boxes of 16 keys x 128 B), its block id fetched a stage early; with
+    // kv_pair only the lanes of the CTA of rank b % 2 issue it, multicast to both.
     hopper::set_max_regs_dec<ws::kProducerRegs>();
-    if (warp == consumer_warps) {
-      EntryWindow entries;
-      entries.start(a, range, lane);
+    if (warp == consumer_warps && lane < NB) {
+      int next_logical = -1, next_phys = 0;
+      uint64_t next_members = ~0ull;
+      auto fetch = [&](int st) {
+        next_members = ~0ull;
+        fetch_entry(a, range, st * NB + lane, true, next_logical, next_phys, next_members);
+      };
+      fetch(0);
       for (int st = 0; st < n_stages; ++st) {
-        int logical, phys;
-        uint64_t members;
-        entries.stage<NB>(a, range, lane, st, lane % NB, logical, phys, members);
         const int slot = st % STAGES;
-        if (lane < NB) {
-          if (st >= STAGES) hopper::mbar_wait_cluster(&empty[slot], (st / STAGES - 1) & 1);
-          produce_block(a, kvh, lane, kKeys, logical, phys, members, ks + slot * kStageElems, vs + slot * kStageElems,
-                        meta_logical + slot * NB, meta_members + slot * NB, &full[slot], &k_map, &v_map, pair_rank);
-        }
+        if (st >= STAGES) hopper::mbar_wait_cluster(&empty[slot], (st / STAGES - 1) & 1);
+        produce_block(a, kvh, lane, kKeys, next_logical, next_phys, next_members, ks + slot * kStageElems,
+                      vs + slot * kStageElems, meta_logical + slot * NB, meta_members + slot * NB, &full[slot], &k_map,
+                      &v_map, pair_rank);
+        fetch(st + 1);
       }
     }
     // With kv_pair no CTA leaves while its peer may still arrive on its barriers (every thread of
