@@ -2,8 +2,8 @@
 # Two builds of the tree-attention kernels timed side by side on one warm machine (a change that
 # has no run-time switch): bench_attention at 64K and 128K, 10% of blocks kept, old / new / old /
 # new, and bench_cuda_decode's synthetic Llama-3.1-8B 60-node verify at 64K the same way.
-# Logs and JSON go to /tmp/$AB_NAME and into $OUT/$AB_NAME.tgz (AB_NAME defaults to binary_ab); bench/attention_switch_summary.py
-# folds them (old as "off", new as "on").
+# Logs and JSON go to /tmp/$AB_NAME and into $OUT/$AB_NAME.tgz (AB_NAME defaults to binary_ab);
+# bench/attention_switch_summary.py folds them (old as "off", new as "on").
 # Usage: bench/attention_binary_ab.sh <old dir> <new dir> <old commit> <new commit> [old bench_attention
 #        flags] [old bench_cuda_decode flags]   (flags that give the old build the new one's defaults)
 OLD=${1:?usage: bench/attention_binary_ab.sh OLD_DIR NEW_DIR OLD_COMMIT NEW_COMMIT [OLD_FLAGS [OLD_DECODE_FLAGS]]}

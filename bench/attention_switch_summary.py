@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Folds what bench/attention_switch_ab.sh or attention_binary_ab.sh left (the logs folder, or its $OUT tgz unpacked) into one
-bench/results JSON: the phase summary lines as checks, each bench_attention row's ms and batched ms
-off and on (one value a round), whether the call took the switched path, and bench_cuda_decode's
-8B verify times off and on.
+"""Folds what bench/attention_switch_ab.sh or attention_binary_ab.sh left (the logs folder, or its
+$OUT tgz unpacked) into one bench/results JSON: the phase summary lines as checks, each
+bench_attention row's ms and batched ms off and on (one value a round), whether the call took the
+switched path, and bench_cuda_decode's 8B verify times off and on.
 
 Usage: bench/attention_switch_summary.py DIR SWITCH COMMIT OUT.json [--note TEXT]
 """
@@ -22,13 +22,18 @@ def load(path):
         sys.exit(f"attention_switch_summary: cannot read {path}: {e}")
 
 
+def change_name(s):
+    if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", s):
+        raise argparse.ArgumentTypeError(f"bad switch name {s!r} (lower case, digits and '-')")
+    return s
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("dir")
     # kv-multicast or ws-pingpong (attention_switch_ab.sh: the rows then say whether the call took
     # the switched path), or the name of a change timed by attention_binary_ab.sh (old = off).
-    ap.add_argument("switch", type=lambda s: s if re.fullmatch(r"[a-z0-9][a-z0-9-]*", s) else
-                    sys.exit(f"attention_switch_summary: bad switch name {s!r}"))
+    ap.add_argument("switch", type=change_name)
     ap.add_argument("commit")
     ap.add_argument("out")
     ap.add_argument("--note", default="")
