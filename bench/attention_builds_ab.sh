@@ -25,8 +25,10 @@ trap 'rm -rf "$sets"' EXIT
 xz -dc "$archive" | tar x -C "$sets" || { echo "attention_builds_ab: cannot unpack $archive" >&2; exit 2; }
 commit_of() { awk -v n="$1" '$1 == n { print $2 }' "$sets/builds.txt"; }
 need_set() {
-  [ -n "$(commit_of "$1")" ] && [ -d "$sets/$1" ] ||
-    { echo "attention_builds_ab: $archive has no set '$1' (it has: $(cut -d' ' -f1 "$sets/builds.txt" | tr '\n' ' '))" >&2; exit 2; }
+  if [ -z "$(commit_of "$1")" ] || [ ! -d "$sets/$1" ]; then
+    echo "attention_builds_ab: $archive has no set '$1' (it has: $(cut -d' ' -f1 "$sets/builds.txt" | tr '\n' ' '))" >&2
+    exit 2
+  fi
 }
 need_env() {
   [[ $1 =~ ^[A-Z_][A-Z0-9_]*=.*$ ]] || { echo "attention_builds_ab: '$1' is not VAR=VALUE" >&2; exit 2; }
@@ -77,9 +79,9 @@ for step in "$@"; do
       ;;
     attn | env)
       if [ "$kind" = attn ]; then
-        A="--contexts 65536 131072 --nodes 8 16 32 48 60 64 --keep-fraction 0.1 --kernels dense first_query"
+        A=(--contexts 65536 131072 --nodes 8 16 32 48 60 64 --keep-fraction 0.1 --kernels dense first_query)
       else
-        A="--contexts 8192 65536 --nodes 4 8 16 --keep-fraction 0.1 --kernels dense first_query group_shared"
+        A=(--contexts 8192 65536 --nodes 4 8 16 --keep-fraction 0.1 --kernels dense first_query group_shared)
       fi
       for round in 1 2; do
         for side in off on; do
@@ -91,7 +93,7 @@ for step in "$@"; do
             extra=(); [ $side = on ] && extra=("$b")
           fi
           c=$(commit_of "$set_name")
-          env "${extra[@]}" timeout 150 "$sets/$set_name/bench_attention" $A --commit "$c" \
+          env "${extra[@]}" timeout 150 "$sets/$set_name/bench_attention" "${A[@]}" --commit "$c" \
             --out "$R/attention_$side.$round.json" > /dev/null 2> "$R/attention_$side.$round.err"
           rc=$?
           echo "bench_attention $set_name $c ${extra[*]} round $round rc=$rc" | tee -a "$S"
