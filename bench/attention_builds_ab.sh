@@ -12,7 +12,7 @@
 #                            synthetic 8B 60-node verify, OLD / NEW / OLD / NEW
 #   attn:OLD:NEW             bench_attention alone at 64K and 128K, 8-64 nodes, OLD / NEW twice
 #   env:NAME:VAR=VAL         bench_attention of NAME at 8K and 64K, 4-16 nodes, without and with
-#                            VAR=VAL, twice
+#                            VAR=VAL, twice (the "without" side runs in the caller's environment)
 set -uo pipefail
 usage="usage: bench/attention_builds_ab.sh ARCHIVE test:NAME[:VAR=VAL]|sanitize:NAME[:VAR=VAL]|ab:OLD:NEW|attn:OLD:NEW|env:NAME:VAR=VAL..."
 archive=${1:?$usage}
