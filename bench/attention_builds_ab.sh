@@ -10,7 +10,7 @@
 #   sanitize:NAME[:VAR=VAL]  racecheck, memcheck and synccheck of its tree and sparse tests
 #   ab:OLD:NEW               bench/attention_binary_ab.sh: bench_attention at 64K and 128K and the
 #                            synthetic 8B 60-node verify, OLD / NEW / OLD / NEW
-#   attn:OLD:NEW             bench_attention alone at 64K and 128K, 8-64 nodes, OLD / NEW twice
+#   attn:OLD:NEW             the same, bench_attention only (AB_PHASES=attention)
 #   env:NAME:VAR=VAL         bench_attention of NAME at 8K and 64K, 4-16 nodes, without and with
 #                            VAR=VAL, twice (the "without" side runs in the caller's environment)
 set -uo pipefail
@@ -47,7 +47,7 @@ base=${OUT:-/tmp/attention_builds}
 mkdir -p "$base"
 nvidia-smi --query-gpu=name,driver_version --format=csv > "$base/smi.txt" 2>&1
 tests='CudaTreeAttention.Dense*:CudaSparseAttention.*'
-first_line() { grep -E "$1" "$2" | tail -1; }
+last_match() { grep -E "$1" "$2" | tail -1; }
 for step in "$@"; do
   IFS=: read -r kind a b <<< "$step"
   tag=$(echo "$step" | tr -c 'A-Za-z0-9_\n' '_')
@@ -67,36 +67,27 @@ for step in "$@"; do
         env ${b:+"$b"} timeout 200 compute-sanitizer --tool $tool "$sets/$a/kernels_cuda_attention_test" \
           --gtest_filter="$tests" > "$R/$tool.log" 2>&1
         rc=$?
-        echo "$tool $a $(commit_of "$a") ${b:-} rc=$rc $(first_line 'ERROR SUMMARY|RACECHECK SUMMARY' "$R/$tool.log")" |
+        echo "$tool $a $(commit_of "$a") ${b:-} rc=$rc $(last_match 'ERROR SUMMARY|RACECHECK SUMMARY' "$R/$tool.log")" |
           tee -a "$S"
       done
       ;;
-    ab)
-      # attention_binary_ab.sh keeps its own logs folder; copy it in (names as the summary script reads).
-      AB_NAME="builds_$tag" OUT="" "$here/attention_binary_ab.sh" "$sets/$a" "$sets/$b" "$(commit_of "$a")" \
-        "$(commit_of "$b")" > "$R/ab.log" 2>&1
-      cp "/tmp/builds_$tag"/* "$R/" 2>/dev/null
+    ab | attn)
+      # attention_binary_ab.sh's loops, its logs straight into this step's folder (no $OUT archive).
+      phases="attention verify8b"; [ "$kind" = attn ] && phases=attention
+      AB_DIR="$R" AB_PHASES="$phases" OUT="" "$here/attention_binary_ab.sh" "$sets/$a" "$sets/$b" \
+        "$(commit_of "$a")" "$(commit_of "$b")" > "$R/ab.log" 2>&1
       ;;
-    attn | env)
-      if [ "$kind" = attn ]; then
-        A=(--contexts 65536 131072 --nodes 8 16 32 48 60 64 --keep-fraction 0.1 --kernels dense first_query)
-      else
-        A=(--contexts 8192 65536 --nodes 4 8 16 --keep-fraction 0.1 --kernels dense first_query group_shared)
-      fi
+    env)
+      A=(--contexts 8192 65536 --nodes 4 8 16 --keep-fraction 0.1 --kernels dense first_query group_shared)
+      c=$(commit_of "$a")
       for round in 1 2; do
         for side in off on; do
-          if [ "$kind" = attn ]; then
-            set_name=$a; [ $side = on ] && set_name=$b
-            extra=()
-          else
-            set_name=$a
-            extra=(); [ $side = on ] && extra=("$b")
-          fi
-          c=$(commit_of "$set_name")
-          env "${extra[@]}" timeout 150 "$sets/$set_name/bench_attention" "${A[@]}" --commit "$c" \
+          extra=()
+          [ $side = on ] && extra=("$b")
+          env "${extra[@]}" timeout 150 "$sets/$a/bench_attention" "${A[@]}" --commit "$c" \
             --out "$R/attention_$side.$round.json" > /dev/null 2> "$R/attention_$side.$round.err"
           rc=$?
-          echo "bench_attention $set_name $c ${extra[*]} round $round rc=$rc" | tee -a "$S"
+          echo "bench_attention $a $c ${extra[*]} round $round rc=$rc" | tee -a "$S"
         done
       done
       ;;

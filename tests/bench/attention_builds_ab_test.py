@@ -13,7 +13,8 @@ import unittest
 HERE = os.path.dirname(os.path.realpath(__file__))
 SCRIPT = os.path.normpath(os.path.join(HERE, "..", "..", "bench", "attention_builds_ab.sh"))
 
-# A stand-in bench_attention: writes the --out JSON (its commit and the env switch it saw), exits 0.
+# A stand-in bench_attention (and bench_cuda_decode): writes the --out JSON (its set's name and the
+# env switch it saw), exits 0.
 BENCH = """#!/bin/bash
 out=
 while [ $# -gt 0 ]; do [ "$1" = --out ] && out=$2; shift; done
@@ -56,7 +57,8 @@ class BuildsAbTest(unittest.TestCase):
 
     def test_steps_record_each_binarys_exit_code_and_env(self):
         with tempfile.TemporaryDirectory() as tmp:
-            r, out = self.run_script(tmp, "test:new", "test:old", "env:old:SPECULA_TREE_ATTN=m1b4k2", "attn:old:new")
+            r, out = self.run_script(tmp, "test:new", "test:old", "env:old:SPECULA_TREE_ATTN=m1b4k2", "attn:old:new",
+                                     "ab:old:new")
             self.assertEqual(r.returncode, 0, r.stderr)
             with open(os.path.join(out, "test_new", "summary.txt")) as f:
                 self.assertIn("attention test new bbb2222  rc=3", f.read())
@@ -73,8 +75,14 @@ class BuildsAbTest(unittest.TestCase):
                 self.assertEqual(json.load(f)["commit"], "old")
             with open(os.path.join(attn_dir, "attention_on.2.json")) as f:
                 self.assertEqual(json.load(f)["commit"], "new")
+            # attn runs attention_binary_ab.sh's attention half only; ab both halves.
+            self.assertFalse([n for n in os.listdir(attn_dir) if n.startswith("verify8b_")])
+            with open(os.path.join(out, "ab_old_new", "verify8b_true.2.json")) as f:
+                self.assertEqual(json.load(f)["commit"], "new")
+            with open(os.path.join(out, "ab_old_new", "verify8b_false.1.json")) as f:
+                self.assertEqual(json.load(f)["commit"], "old")
             with open(os.path.join(out, "steps.txt")) as f:
-                self.assertEqual(len(f.read().splitlines()), 4)
+                self.assertEqual(len(f.read().splitlines()), 5)
 
     def test_bad_steps_are_refused_before_any_runs(self):
         for step in ("test:missing", "env:old:lower=1", "ab:old", "bogus"):
