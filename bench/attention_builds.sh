@@ -25,10 +25,11 @@ if [ -n "$(git status --porcelain --untracked-files=all -- "$kernels")" ]; then
   exit 2
 fi
 targets=(bench_attention bench_cuda_decode kernels_cuda_attention_test)
-# Compiled or build-defining files outside kernels/cuda: a commit may differ from HEAD in docs,
-# scripts and tools, not in these.
-compiled=(':(glob)**/*.cpp' ':(glob)**/*.h' ':(glob)**/*.cu' ':(glob)**/*.cuh' ':(glob)**/CMakeLists.txt'
-          ":(exclude)$kernels" ':(exclude)tools')
+# Compiled files outside kernels/cuda: a commit may differ from HEAD in docs, scripts and tools,
+# not in these. Build rules (CMakeLists.txt) may differ (a test added, say): the sets are built
+# with HEAD's, and the script says which differ.
+compiled=(':(glob)**/*.cpp' ':(glob)**/*.h' ':(glob)**/*.cu' ':(glob)**/*.cuh' ":(exclude)$kernels" ':(exclude)tools')
+rules=(':(glob)**/CMakeLists.txt' ':(glob)**/*.cmake')
 for pair in "$@"; do
   name=${pair%%:*}
   commit=${pair#*:}
@@ -41,6 +42,10 @@ for pair in "$@"; do
     git diff --name-only HEAD "$commit" -- "${compiled[@]}" | sed 's/^/  /' >&2
     exit 2
   fi
+  if ! git diff --quiet HEAD "$commit" -- "${rules[@]}"; then
+    echo "attention_builds: note: $commit's build rules differ from HEAD's, which its set is built with:" \
+      "$(git diff --name-only HEAD "$commit" -- "${rules[@]}" | tr '\n' ' ')" >&2
+  fi
 done
 
 stage=$(mktemp -d)
@@ -50,6 +55,7 @@ restore() {
   rm -rf "$stage"
 }
 trap restore EXIT
+names=()
 for pair in "$@"; do
   name=${pair%%:*}
   commit=$(git rev-parse --short "${pair#*:}")
@@ -60,9 +66,8 @@ for pair in "$@"; do
   mkdir -p "$stage/$name"
   for t in "${targets[@]}"; do strip -o "$stage/$name/$t" "$build/bin/$t"; done
   echo "$name $commit" >> "$stage/builds.txt"
+  names+=("$name")
 done
-names=()
-for pair in "$@"; do names+=("${pair%%:*}"); done
 mkdir -p "$(dirname "$archive")"
 tar cf - -C "$stage" builds.txt "${names[@]}" | xz -T2 -6 > "$archive.tmp"
 mv "$archive.tmp" "$archive"
