@@ -53,6 +53,32 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
+// Row r (0: g, 1: g + 8) of a warp's m16n8 scores s (key 8j + 2t + c at s[4j + 2r + c]): the
+// thread's max over its keys, and p = 2^(s * scale_log2 - offset) in place with the thread's sum
+// of p. Four partial results each, combined as a tree: one chain of dependent fmax / add steps a
+// row was the longest dependency of a softmax stage (ncu at 48-64 nodes, 12-07 session 27: warps
+// stalled on fixed-latency dependencies).
+template <int N>
+__device__ __forceinline__ float row_max(const float (&s)[N], int r) {
+  float m[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+#pragma unroll
+  for (int j = 0; j < N / 4; ++j) m[j % 4] = fmaxf(m[j % 4], fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+  return fmaxf(fmaxf(m[0], m[1]), fmaxf(m[2], m[3]));
+}
+template <int N>
+__device__ __forceinline__ float exp_row(float (&s)[N], int r, float scale_log2, float offset) {
+  float sum[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int j = 0; j < N / 4; ++j)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      float& x = s[4 * j + 2 * r + c];
+      x = ex2(fmaf(x, scale_log2, -offset));
+      sum[(2 * j + c) % 4] += x;
+    }
+  return (sum[0] + sum[1]) + (sum[2] + sum[3]);
+}
+
 // The online-softmax step of a warp's two rows of a 16-row tile (g and g + 8) over N / 4 8-key
 // n-tiles of scores s, laid out as m16n8 accumulators (row g + 8r, key 8j + 2t + c at
 // s[4j + 2r + c]; masked keys already -inf) with mx the thread's own row maxima over them.
@@ -76,16 +102,7 @@ __device__ __forceinline__ bool online_softmax_update(float (&s)[N], float (&mx)
     alpha[r] = m_new == m_run[r] ? 1.f : ex2(fmaf(m_run[r], scale_log2, -offset));
     moved = moved || m_new != m_run[r];
     m_run[r] = m_new;
-    float sum = 0.f;
-#pragma unroll
-    for (int j = 0; j < N / 4; ++j)
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        float& x = s[4 * j + 2 * r + c];
-        x = ex2(fmaf(x, scale_log2, -offset));
-        sum += x;
-      }
-    l_run[r] = fmaf(l_run[r], alpha[r], sum);
+    l_run[r] = fmaf(l_run[r], alpha[r], exp_row(s, r, scale_log2, offset));
   }
   return moved;
 }

@@ -96,6 +96,57 @@ __device__ __forceinline__ void fetch_entry(const KernelArgs& a, const ChunkRang
   if (a.list_blocks && want_members) members = a.list_members[r.list_base + r.begin + entry];
 }
 
+// A warp's view of its CTA's range, 32 entries (a window) at a time: lane i holds entry 32w + i
+// of the current window w and of window w + 1 (logical, physical, members), and the list reads of
+// window w + 2 are in flight. Why: fetch_entry one stage ahead makes every stage wait on two
+// dependent round trips (list, then block table) before its copies can issue, so a short sparse
+// list's CTA (4-6 stages at 64K, 10% kept) spent most of its time on that chain; here the chain is
+// paid once at the start, with all 32 lanes' loads in flight, and each later window's lookups have
+// a whole window's stages to land. Every lane of the warp calls start() / stage(), at warp-uniform
+// points (they shuffle). The stages must come in order from 0, NB dividing 32.
+struct EntryWindow {
+  int cur_logical, cur_phys, next_logical, next_phys, far_logical;
+  uint64_t cur_members, next_members, far_members;
+  int window = 0;  // the current window's index
+
+  __device__ __forceinline__ static void read(const KernelArgs& a, const ChunkRange& r, int entry, int& logical,
+                                              uint64_t& members) {
+    logical = -1;
+    members = ~0ull;
+    if (entry >= r.n_entries) return;
+    logical = a.list_blocks ? a.list_blocks[r.list_base + r.begin + entry] : r.begin + entry;
+    if (a.list_blocks) members = a.list_members[r.list_base + r.begin + entry];
+  }
+  __device__ __forceinline__ static int lookup(const KernelArgs& a, int logical) {
+    return logical >= 0 ? a.block_table[logical] : 0;
+  }
+  __device__ __forceinline__ void start(const KernelArgs& a, const ChunkRange& r, int lane) {
+    read(a, r, lane, cur_logical, cur_members);
+    read(a, r, 32 + lane, next_logical, next_members);
+    read(a, r, 64 + lane, far_logical, far_members);
+    cur_phys = lookup(a, cur_logical);
+    next_phys = lookup(a, next_logical);
+  }
+  // Entry st * NB + blk (blk < NB) of stage st: its logical block (-1 past the range), physical
+  // block and members, from lane (st * NB + blk) % 32 of the window that holds it.
+  template <int NB>
+  __device__ __forceinline__ void stage(const KernelArgs& a, const ChunkRange& r, int lane, int st, int blk,
+                                        int& logical, int& phys, uint64_t& members) {
+    static_assert(32 % NB == 0, "a stage lies in one window");
+    if (st * NB / 32 != window) {  // the next window: shift, look up the one after, read the third
+      ++window;
+      cur_logical = next_logical, cur_phys = next_phys, cur_members = next_members;
+      next_logical = far_logical, next_members = far_members;
+      next_phys = lookup(a, next_logical);
+      read(a, r, 32 * (window + 2) + lane, far_logical, far_members);
+    }
+    const int src = (st * NB + blk) % 32;
+    logical = __shfl_sync(0xffffffffu, cur_logical, src);
+    phys = __shfl_sync(0xffffffffu, cur_phys, src);
+    members = __shfl_sync(0xffffffffu, cur_members, src);
+  }
+};
+
 // The nodes whose rows a warp computes (bit n: node n; -1 entries are padding rows), the same
 // value in every lane: what read_stage asks of a sparse stage's members.
 template <int N>
@@ -138,9 +189,13 @@ __device__ __forceinline__ bool read_stage(const KernelArgs& a, const int32_t* s
 // registers); STAGES: stages in the ring (STAGES - 1 in flight); WARPS: most warps a CTA may have
 // (rows past them go to further CTAs, KernelArgs::row_splits); QS: Q lives in shared memory and
 // its A fragments are ldmatrix'ed each step (frees the 32 * MT registers that hold Q otherwise,
-// for 64-key softmax steps at 32 rows a warp).
-template <int MT, int NB, int NBC, int STAGES, int WARPS, bool QS>
+// for 64-key softmax steps at 32 rows a warp). KS: warps a row tile, splitting each stage's
+// blocks (warp part p takes blocks p * NB / KS .. (p + 1) * NB / KS - 1) and meeting in shared
+// memory at the end: a short list's CTA of few row tiles (8 nodes: 2 tiles) otherwise left
+// half its warps loading only, while every stage's softmax ran on the other half.
+template <int MT, int NB, int NBC, int STAGES, int WARPS, bool QS, int KS = 1>
 __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(KernelArgs a) {
+  static_assert(NB % (KS * NBC) == 0, "a warp part is whole softmax steps");
   static_assert(NB % NBC == 0, "a stage is whole softmax steps");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto* ks = reinterpret_cast<__nv_bfloat16*>(smem_raw);                        // [STAGES][NB][B][kRowPad]
@@ -161,13 +216,14 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
   const int n_stages = (range.n_entries + NB - 1) / NB;
 
   // Loading: the CTA's threads form NB teams, team b copies block b of each stage, so each thread
-  // needs one physical block id per stage, fetched one stage early (off the issue path).
+  // needs one physical block id per stage, taken from its warp's EntryWindow one stage early.
   const int team = blockDim.x / NB, my_blk = threadIdx.x / team, my_t = threadIdx.x % team;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   int next_logical = -1, next_phys = -1;
   uint64_t next_members = ~0ull;
-  auto fetch = [&](int st) {
-    fetch_entry(a, range, st * NB + my_blk, my_t == 0, next_logical, next_phys, next_members);
-  };
+  EntryWindow entries;
+  entries.start(a, range, lane);
+  auto fetch = [&](int st) { entries.stage<NB>(a, range, lane, st, my_blk, next_logical, next_phys, next_members); };
   auto issue = [&](int slot) {
     if (next_logical >= 0) {
       const size_t head_off = (size_t(next_phys) * a.kv_heads + kvh) * B * D;
@@ -195,32 +251,13 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
     }
   };
 
-  fetch(0);
-  for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < n_stages) issue(s);
-    cp_async_commit();
-    fetch(s + 1);
-  }
-
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
-  const int row0 = cta_row0 + warp * 16 * MT;
-  const bool computes = row0 < a.rows;
+  const int tiles = a.cta_rows / (16 * MT);  // row tiles a part
+  const int part = warp / tiles;             // KS > 1: which blocks of a stage this warp takes
+  const int row0 = cta_row0 + warp % tiles * 16 * MT;
+  const bool computes = part < KS && row0 < a.rows;
   const int node0 = group * a.group_size;
   const int total_len = a.prefix_len + a.nodes;
-
-  // QS: the group's Q rows (zeros for padding) into shared memory, 16 bytes a thread a step; the
-  // main loop's first barrier publishes them.
-  if constexpr (QS) {
-    for (int i = threadIdx.x; i < a.cta_rows * (D / 8); i += blockDim.x) {
-      const int row = cta_row0 + i / (D / 8), col = i % (D / 8) * 8, local = row / gqa;
-      uint4 x = make_uint4(0u, 0u, 0u, 0u);
-      if (row < a.rows && node0 + local < a.nodes)
-        x = *reinterpret_cast<const uint4*>(a.q + (size_t(node0 + local) * a.q_heads + kvh * gqa + row % gqa) * D +
-                                            col);
-      *reinterpret_cast<uint4*>(qs + (row - cta_row0) * kRowPad + col) = x;
-    }
-  }
 
   // This thread's rows: g and g+8 of each of its MT tiles; node -1 for padding rows.
   int row_node[MT][2];
@@ -245,6 +282,28 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
           }
         }
       }
+    }
+  }
+
+  // The ring's first stages (the !QS Q loads above are in flight meanwhile: they do not wait on the
+  // entries' chain).
+  fetch(0);
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < n_stages) issue(s);
+    cp_async_commit();
+    fetch(s + 1);
+  }
+
+  // QS: the group's Q rows (zeros for padding) into shared memory, 16 bytes a thread a step; the
+  // main loop's first barrier publishes them. After the ring's first copies: these loads wait.
+  if constexpr (QS) {
+    for (int i = threadIdx.x; i < a.cta_rows * (D / 8); i += blockDim.x) {
+      const int row = cta_row0 + i / (D / 8), col = i % (D / 8) * 8, local = row / gqa;
+      uint4 x = make_uint4(0u, 0u, 0u, 0u);
+      if (row < a.rows && node0 + local < a.nodes)
+        x = *reinterpret_cast<const uint4*>(a.q + (size_t(node0 + local) * a.q_heads + kvh * gqa + row % gqa) * D +
+                                            col);
+      *reinterpret_cast<uint4*>(qs + (row - cta_row0) * kRowPad + col) = x;
     }
   }
 
@@ -282,6 +341,9 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
     // The stage's blocks in steps of NBC: QK^T, one softmax update, PV per step.
 #pragma unroll
     for (int b0 = 0; b0 < NB; b0 += NBC) {
+      if constexpr (KS > 1) {
+        if (b0 / (NB / KS) != part) continue;  // warp-uniform; indices stay compile-time
+      }
       // S = Q K^T (unscaled): per tile, 16 rows x NBC*16 keys as 2*NBC n-tiles of 8 keys.
       float s[MT][2 * NBC][4];
 #pragma unroll
@@ -338,7 +400,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
           mx[m][r] = -INFINITY;
           if (whole) {
 #pragma unroll
-            for (int j = 0; j < 2 * NBC; ++j) mx[m][r] = fmaxf(mx[m][r], fmaxf(s[m][j][2 * r], s[m][j][2 * r + 1]));
+            mx[m][r] = row_max(reinterpret_cast<const float(&)[2 * NBC * 4]>(s[m]), r);
           } else {
             const int node = row_node[m][r];
 #pragma unroll
@@ -382,17 +444,8 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
           alpha[m][r] = m_new == m_run[m][r] ? 1.f : ex2(fmaf(m_run[m][r], a.scale_log2, -offset));
           moved = moved || m_new != m_run[m][r];
           m_run[m][r] = m_new;
-          float sum = 0.f;
-#pragma unroll
-          for (int j = 0; j < 2 * NBC; ++j) {
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-              float& x = s[m][j][2 * r + c];
-              x = ex2(fmaf(x, a.scale_log2, -offset));
-              sum += x;
-            }
-          }
-          l_run[m][r] = fmaf(l_run[m][r], alpha[m][r], sum);
+          l_run[m][r] = fmaf(l_run[m][r], alpha[m][r],
+                             exp_row(reinterpret_cast<float(&)[2 * NBC * 4]>(s[m]), r, a.scale_log2, offset));
         }
       }
       // Once the running maxima settle, alpha is 1 for whole warps: skip the rescale.
@@ -438,6 +491,55 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
   }
   cp_async_wait<0>();
   pdl_trigger();
+  if constexpr (KS > 1) {
+    // Parts 1.. leave (m, l, O) in the drained ring, a lane's own values; part 0 folds them in:
+    // M = max of the parts' maxima, each part scaled by 2^((m_p - M) x scale) (0 for m_p = -inf).
+    constexpr int kVals = MT * (64 + 4);  // a lane's O, m and l
+    static_assert((KS - 1) * (WARPS / KS) * kVals * 32 * sizeof(float) <= STAGES * NB * 2 * kTile * sizeof(__nv_bfloat16),
+                  "the parts' exchange fits in the K/V ring");
+    float* xs = reinterpret_cast<float*>(smem_raw);  // [KS - 1][tiles][kVals][32]
+    __syncthreads();                                 // every warp is past its last ring read
+    if (computes && part > 0) {
+      float* mine = xs + ((part - 1) * tiles + warp % tiles) * kVals * 32 + lane;
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+#pragma unroll
+        for (int i = 0; i < 16; ++i)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) mine[((m * 16 + i) * 4 + c) * 32] = o[m][i][c];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          mine[(MT * 64 + m * 4 + r) * 32] = m_run[m][r];
+          mine[(MT * 64 + m * 4 + 2 + r) * 32] = l_run[m][r];
+        }
+      }
+    }
+    __syncthreads();
+    if (!computes || part > 0) return;
+#pragma unroll
+    for (int p = 1; p < KS; ++p) {
+      const float* theirs = xs + ((p - 1) * tiles + warp % tiles) * kVals * 32 + lane;
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        float f_mine[2], f_theirs[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const float m_p = theirs[(MT * 64 + m * 4 + r) * 32], l_p = theirs[(MT * 64 + m * 4 + 2 + r) * 32];
+          const float m_new = fmaxf(m_run[m][r], m_p);
+          const float offset = m_new == -INFINITY ? 0.f : m_new * a.scale_log2;
+          f_mine[r] = m_run[m][r] == -INFINITY ? 0.f : ex2(fmaf(m_run[m][r], a.scale_log2, -offset));
+          f_theirs[r] = m_p == -INFINITY ? 0.f : ex2(fmaf(m_p, a.scale_log2, -offset));
+          m_run[m][r] = m_new;
+          l_run[m][r] = l_run[m][r] * f_mine[r] + l_p * f_theirs[r];
+        }
+#pragma unroll
+        for (int i = 0; i < 16; ++i)
+#pragma unroll
+          for (int c = 0; c < 4; ++c)
+            o[m][i][c] = o[m][i][c] * f_mine[c / 2] + theirs[((m * 16 + i) * 4 + c) * 32] * f_theirs[c / 2];
+      }
+    }
+  }
   if (!computes) return;
 
   const size_t part_row0 = ((size_t(group) * a.kv_heads + kvh) * a.chunks + chunk) * a.rows_pad;
@@ -565,6 +667,7 @@ struct Variant {
   int warpgroups = 0;  // > 0: the wgmma kernel (tree_attention_wgmma.cuh), 64 rows a warpgroup
   void (*tma_kernel)(KernelArgs, CUtensorMap, CUtensorMap) = nullptr;  // set: the producer/consumer wgmma kernel
   int producer_warps = 0;  // > 0: tree_attention_ws.cuh's kernel, its producer warps after the consumers
+  int ks = 1;              // the chunk kernel's KS: warps a row tile, each taking part of every stage
 };
 
 constexpr Variant kVariants[] = {
@@ -580,8 +683,15 @@ constexpr Variant kVariants[] = {
     {"ws2s3", 1, 8, 3, 8, true, nullptr, 2, tree_attention_ws_kernel<2, 8, 3>, ws::kProducerWarps},
     // 3 consumer warpgroups (192 rows: 48 nodes in one CTA), 64-key stages, 4 slots.
     {"ws3s4", 1, 4, 4, 12, true, nullptr, 3, tree_attention_ws_kernel<3, 4, 4>, ws::kProducerWarps},
+    // m1b4 with two warps a row tile, each taking 2 blocks of a stage (KS 2; up to 4 row tiles).
+    {"m1b4k2", 1, 4, 3, 8, false, tree_attention_chunk_kernel<1, 4, 2, 3, 8, false, 2>, 0, nullptr, 0, 2},
 };
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
+constexpr bool variant_is(int i, const char* name) {
+  const char* s = kVariants[i].name;
+  while (*s && *s == *name) ++s, ++name;
+  return *s == *name;
+}
 
 // Query rows a CTA's row tile: what rows_pad rounds to (a wgmma warpgroup takes 64).
 int variant_tile_rows(const Variant& v) { return v.warpgroups ? 64 : 16 * v.mt; }
@@ -608,7 +718,14 @@ struct Choice {
   // (8 nodes a group at 64K) ran 6-13% slower on ws2s3, and one-node groups (per-query) slower still.
   int tier[4] = {0, 5, 6, 5};
   int long_tier0 = 5;
+  // Sparse lists of kShortRows rows or fewer a group take m1b4k2 (two warps a row tile): at 4-8
+  // nodes 4-10% faster than m1b4 at 8K and 64K, at 16 nodes (64 rows) 4-8% slower
+  // (bench/results/entry_window_ab_s30_*).
+  int sparse_short_tier0 = 7;
 };
+constexpr int kShortRows = 32;
+static_assert(variant_is(0, "m1b4") && variant_is(5, "ws2s3") && variant_is(6, "ws3s4") && variant_is(7, "m1b4k2"),
+              "Choice's tiers name kVariants by index");
 Choice variant_choice() {
   static const Choice choice = [] {
     Choice c;
@@ -626,7 +743,7 @@ Choice variant_choice() {
         if (v >= 0) c.tier[t] = v;
         p += n + (comma ? 1 : 0);
       }
-      c.long_tier0 = c.tier[0];  // an explicit setting holds at every list length
+      c.long_tier0 = c.sparse_short_tier0 = c.tier[0];  // an explicit setting holds at every list length
       std::fprintf(stderr, "tree_attention: SPECULA_TREE_ATTN=%s -> %s,%s,%s,%s\n", env, kVariants[c.tier[0]].name,
                    kVariants[c.tier[1]].name, kVariants[c.tier[2]].name, kVariants[c.tier[3]].name);
     }
@@ -709,15 +826,16 @@ Plan make_plan(const TreeQueries& tq, int kv_heads, int groups, int group_size, 
   const Choice choice = variant_choice();
   p.variant = choice.tier[p.rows <= 64 ? 0 : p.rows <= 128 ? 1 : p.rows <= 192 ? 2 : 3];
   if (!sparse && p.rows > 16 && p.rows <= 64 && max_blocks >= kLongList) p.variant = choice.long_tier0;
+  if (sparse && p.rows <= kShortRows) p.variant = choice.sparse_short_tier0;
   const Variant& v = kVariants[p.variant];
   const int tile_rows = variant_tile_rows(v);
   p.rows_pad = (p.rows + tile_rows - 1) / tile_rows * tile_rows;
   // Rows past what one CTA's warps hold go to further CTAs over the same KV chunk (their second
   // read of it mostly hits L2: they run in the same wave).
-  const int most_rows = v.warpgroups ? 64 * v.warpgroups : tile_rows * v.max_warps;
+  const int most_rows = v.warpgroups ? 64 * v.warpgroups : tile_rows * v.max_warps / v.ks;
   p.row_splits = (p.rows_pad + most_rows - 1) / most_rows;
   p.cta_rows = std::min(p.rows_pad, most_rows);
-  p.warps = v.warpgroups ? p.cta_rows / 16 : std::max(4, p.cta_rows / tile_rows);
+  p.warps = v.warpgroups ? p.cta_rows / 16 : std::max(4, p.cta_rows / tile_rows * v.ks);
   p.threads = (p.warps + v.producer_warps) * 32;
   p.smem = variant_smem(v, p.cta_rows);
   // One full wave of CTAs (at most 4 per SM: more only adds partials to merge; rounded down to a

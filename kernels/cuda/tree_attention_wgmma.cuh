@@ -75,8 +75,7 @@ __device__ __forceinline__ bool softmax_step(float (&s)[NBS * 8], const KernelAr
   for (int r = 0; r < 2; ++r) {
     mx[r] = -INFINITY;
     if (whole) {
-#pragma unroll
-      for (int j = 0; j < 2 * NBS; ++j) mx[r] = fmaxf(mx[r], fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+      mx[r] = row_max(s, r);
     } else {
       const int node = row_node[r];
 #pragma unroll

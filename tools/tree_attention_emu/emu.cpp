@@ -202,7 +202,7 @@ void run_grid(dim3 grid, int threads, size_t smem_bytes, const std::function<voi
       }
 }
 
-template <int MT, int NB, int NBC, int STAGES, int WARPS, bool QS>
+template <int MT, int NB, int NBC, int STAGES, int WARPS, bool QS, int KS = 1>
 double run_case(std::mt19937_64& rng, int nodes, int prefix, int per_chunk_target, bool sparse, int group_size,
                 int q_heads = 8) {
   const int kv_heads = 2, gqa = q_heads / kv_heads;
@@ -239,8 +239,8 @@ double run_case(std::mt19937_64& rng, int nodes, int prefix, int per_chunk_targe
       }
   }
   const int rows = gs * gqa, tile = 16 * MT, rows_pad = (rows + tile - 1) / tile * tile;
-  const int most = tile * WARPS, splits = (rows_pad + most - 1) / most, cta_rows = std::min(rows_pad, most);
-  const int warps = std::max(4, cta_rows / tile), threads = warps * 32;
+  const int most = tile * WARPS / KS, splits = (rows_pad + most - 1) / most, cta_rows = std::min(rows_pad, most);
+  const int warps = std::max(4, cta_rows / tile * KS), threads = warps * 32;
   int per_chunk = (per_chunk_target + NB - 1) / NB * NB;
   const int chunks = (max_blocks + per_chunk - 1) / per_chunk;
   std::vector<float> part_o(size_t(groups) * kv_heads * chunks * rows_pad * D, NAN);
@@ -262,7 +262,7 @@ double run_case(std::mt19937_64& rng, int nodes, int prefix, int per_chunk_targe
   a.cta_rows = cta_rows; a.row_splits = splits;
   a.scale_log2 = p.scale * 1.4426950408889634f;
   const size_t smem = (size_t(STAGES) * NB * (2 * kTile * 2 + 12) + 15) / 16 * 16 + (QS ? size_t(cta_rows) * kRowPad * 2 : 0);
-  run_grid(dim3(chunks, kv_heads, groups * splits), threads, smem, [&] { tree_attention_chunk_kernel<MT, NB, NBC, STAGES, WARPS, QS>(a); });
+  run_grid(dim3(chunks, kv_heads, groups * splits), threads, smem, [&] { tree_attention_chunk_kernel<MT, NB, NBC, STAGES, WARPS, QS, KS>(a); });
   const int items = nodes * q_heads;
   const int split = merge_split(chunks), merge_rows = kMergeWarps / split;
   run_grid(dim3((items + merge_rows - 1) / merge_rows, 1, 1), kMergeWarps * 32, kMergeSmem, [&] { tree_attention_merge_kernel(a, split, reinterpret_cast<__nv_bfloat16*>(out.data())); });
@@ -278,28 +278,28 @@ double run_case(std::mt19937_64& rng, int nodes, int prefix, int per_chunk_targe
       }
     }
   const double err = std::sqrt(num / den);
-  std::printf("MT%d NB%d NBC%d ST%d W%d QS%d %s nodes=%d q_heads=%d prefix=%d per_chunk=%d chunks=%d rel_err=%.2e %s\n", MT,
-              NB, NBC, STAGES, WARPS, int(QS), sparse ? "sparse" : "dense", nodes, q_heads, prefix, per_chunk, chunks, err,
+  std::printf("MT%d NB%d NBC%d ST%d W%d QS%d KS%d %s nodes=%d q_heads=%d prefix=%d per_chunk=%d chunks=%d rel_err=%.2e %s\n", MT,
+              NB, NBC, STAGES, WARPS, int(QS), KS, sparse ? "sparse" : "dense", nodes, q_heads, prefix, per_chunk, chunks, err,
               err < 1e-2 ? "ok" : "FAIL");
   return err;
 }
 
-template <int MT, int NB, int NBC, int STAGES, int WARPS, bool QS>
+template <int MT, int NB, int NBC, int STAGES, int WARPS, bool QS, int KS = 1>
 int run_variant(std::mt19937_64& rng) {
   int fails = 0;
   auto chk = [&](double e) { fails += !(e < 1e-2); };
-  chk(run_case<MT, NB, NBC, STAGES, WARPS, QS>(rng, 5, 0, 3, false, 0));
-  chk(run_case<MT, NB, NBC, STAGES, WARPS, QS>(rng, 8, 1000, 13, false, 0));
-  chk(run_case<MT, NB, NBC, STAGES, WARPS, QS>(rng, 37, 517, 9, false, 0));
-  chk(run_case<MT, NB, NBC, STAGES, WARPS, QS>(rng, 64, 700, 24, false, 0));
-  chk(run_case<MT, NB, NBC, STAGES, WARPS, QS>(rng, 1, 37, 1, false, 0));
-  chk(run_case<MT, NB, NBC, STAGES, WARPS, QS>(rng, 13, 600, 5, true, 4));
-  if (MT == 2) chk(run_case<MT, NB, NBC, STAGES, WARPS, QS>(rng, 40, 300, 7, true, 16));
-  chk(run_case<MT, NB, NBC, STAGES, WARPS, QS>(rng, 23, 200, 6, false, 0, 2));  // gqa 1
-  chk(run_case<MT, NB, NBC, STAGES, WARPS, QS>(rng, 29, 150, 5, false, 0, 4));  // gqa 2
-  // Long ranges: 126 and ~80 entries a CTA (many stages, block ids fetched stage after stage).
-  chk(run_case<MT, NB, NBC, STAGES, WARPS, QS>(rng, 8, 2000, 200, false, 0));
-  chk(run_case<MT, NB, NBC, STAGES, WARPS, QS>(rng, 13, 3000, 400, true, 13));
+  chk(run_case<MT, NB, NBC, STAGES, WARPS, QS, KS>(rng, 5, 0, 3, false, 0));
+  chk(run_case<MT, NB, NBC, STAGES, WARPS, QS, KS>(rng, 8, 1000, 13, false, 0));
+  chk(run_case<MT, NB, NBC, STAGES, WARPS, QS, KS>(rng, 37, 517, 9, false, 0));
+  chk(run_case<MT, NB, NBC, STAGES, WARPS, QS, KS>(rng, 64, 700, 24, false, 0));
+  chk(run_case<MT, NB, NBC, STAGES, WARPS, QS, KS>(rng, 1, 37, 1, false, 0));
+  chk(run_case<MT, NB, NBC, STAGES, WARPS, QS, KS>(rng, 13, 600, 5, true, 4));
+  if (MT == 2) chk(run_case<MT, NB, NBC, STAGES, WARPS, QS, KS>(rng, 40, 300, 7, true, 16));
+  chk(run_case<MT, NB, NBC, STAGES, WARPS, QS, KS>(rng, 23, 200, 6, false, 0, 2));  // gqa 1
+  chk(run_case<MT, NB, NBC, STAGES, WARPS, QS, KS>(rng, 29, 150, 5, false, 0, 4));  // gqa 2
+  // Ranges past the kernel's first EntryWindows (32 entries each): 126 and ~80 entries a CTA.
+  chk(run_case<MT, NB, NBC, STAGES, WARPS, QS, KS>(rng, 8, 2000, 200, false, 0));
+  chk(run_case<MT, NB, NBC, STAGES, WARPS, QS, KS>(rng, 13, 3000, 400, true, 13));
   return fails;
 }
 
@@ -314,6 +314,8 @@ int main(int argc, char** argv) {
     fails += !(run_case<2, 4, 4, 4, 8, true>(rng, 13, 600, 5, true, 4) < 1e-2);
     fails += !(run_case<1, 4, 4, 3, 8, false>(rng, 8, 2000, 200, false, 0) < 1e-2);
     fails += !(run_case<1, 4, 4, 3, 8, false>(rng, 13, 3000, 400, true, 13) < 1e-2);
+    fails += !(run_case<1, 4, 2, 3, 8, false, 2>(rng, 8, 1000, 13, false, 0) < 1e-2);
+    fails += !(run_case<1, 4, 2, 3, 8, false, 2>(rng, 13, 600, 5, true, 4) < 1e-2);
     std::printf("%s (%d failing cases)\n", fails ? "FAILED" : "PASSED", fails);
     return fails ? 1 : 0;
   }
@@ -321,6 +323,7 @@ int main(int argc, char** argv) {
   fails += run_variant<1, 4, 4, 3, 8, false>(rng);
   fails += run_variant<2, 4, 4, 2, 4, true>(rng);
   fails += run_variant<2, 4, 4, 4, 8, true>(rng);
+  fails += run_variant<1, 4, 2, 3, 8, false, 2>(rng);
   std::printf("%s (%d failing cases)\n", fails ? "FAILED" : "PASSED", fails);
   return fails ? 1 : 0;
 }

@@ -16,4 +16,9 @@ region = region.replace("extern __shared__ __align__(16) unsigned char smem_raw[
 region = re.sub(r"__global__ void __launch_bounds__\([^)]*\)\s*", "void ", region)
 if "__global__" in region or "asm" in region:
     sys.exit("gen.py: unexpected CUDA construct left in the kernels; update the transformation")
+# mma_sync.cuh's softmax row helpers (plain arithmetic; the header's MMA wrappers are emu.cpp's own).
+helpers = open(f"{root}/kernels/cuda/mma_sync.cuh").read()
+first = helpers.index("template <int N>\n__device__ __forceinline__ float row_max")
+last = helpers.index("\n}\n", helpers.index("__device__ __forceinline__ float exp_row")) + 3
+region = helpers[first:last] + "\n" + region
 open(f"{out}/kernels.inc", "w").write(region)
