@@ -1,8 +1,11 @@
 #!/bin/bash
 # Runs on the device: checks and times the binary sets of bench/attention_builds.sh against each
 # other, in steps, so one call can settle several kernel changes. Every step writes its own folder
-# under $OUT (or /tmp/attention_builds without $OUT) as it goes, so a call cut short still returns
-# what finished; bench/attention_switch_summary.py folds a folder into a bench/results JSON.
+# under a fresh /tmp/attention_builds_out.XXXX as it goes, and with $OUT set the whole of it is
+# tarred to $OUT/attention_builds.tgz after each step: a call cut short still returns what finished,
+# and one file comes back where the device would return only the first few of the ~80 loose ones
+# (session 30 lost a call's logs so). bench/attention_switch_summary.py folds a folder into a
+# bench/results JSON.
 #
 # Usage: bench/attention_builds_ab.sh ARCHIVE STEP...
 #   test:NAME[:VAR=VAL]      kernels_cuda_attention_test of set NAME (VAR=VAL in its environment,
@@ -43,8 +46,9 @@ for step in "$@"; do
     *) echo "attention_builds_ab: unknown step '$step' ($usage)" >&2; exit 2 ;;
   esac
 done
-base=${OUT:-/tmp/attention_builds}
-mkdir -p "$base"
+base=$(mktemp -d /tmp/attention_builds_out.XXXX)
+echo "attention_builds_ab: results in $base${OUT:+, tarred to $OUT/attention_builds.tgz after each step}" >&2
+pack() { [ -z "${OUT:-}" ] || tar czf "$OUT/attention_builds.tgz" -C "$base" .; }
 nvidia-smi --query-gpu=name,driver_version --format=csv > "$base/smi.txt" 2>&1
 tests='CudaTreeAttention.Dense*:CudaSparseAttention.*'
 last_match() { grep -E "$1" "$2" | tail -1; }
@@ -93,4 +97,5 @@ for step in "$@"; do
       ;;
   esac
   echo "step $step took $(($(date +%s) - t0)) s" | tee -a "$base/steps.txt"
+  pack
 done

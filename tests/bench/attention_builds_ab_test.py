@@ -53,6 +53,14 @@ class BuildsAbTest(unittest.TestCase):
         env = dict(os.environ, OUT=out)
         env.pop("SPECULA_TREE_ATTN", None)
         r = subprocess.run(["bash", SCRIPT, self.make_archive(tmp), *steps], capture_output=True, text=True, env=env)
+        # Everything comes back as one tar of the step folders (the device returns few loose files).
+        packed = os.path.join(out, "attention_builds.tgz")
+        if r.returncode == 0:
+            self.assertEqual(os.listdir(out), ["attention_builds.tgz"])
+            with tarfile.open(packed) as t:
+                t.extractall(os.path.join(tmp, "unpacked"))
+            return r, os.path.join(tmp, "unpacked")
+        self.assertFalse(os.path.exists(packed))
         return r, out
 
     def test_steps_record_each_binarys_exit_code_and_env(self):
