@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(WG * 128 + 32 * ws::kProducerWarps, 1)
     // (all 32 lanes hold entries, so a short list's stages no longer wait on a list read and a
     // table lookup each: group-shared 48-64 nodes at 64K 11-17% faster on the H100). A dense
     // list's come one stage early from fetch_entry, as before the window: through the window, dense
-    // 48 nodes ran 15% slower and 60-64 nodes 4-6% (bench/results/entry_window_ab_s30_*). The
+    // 48 nodes ran 15% slower and 60-64 nodes 4-6% (bench/results/kernel_builds_s30_*). The
     // branch is uniform over the grid.
     hopper::set_max_regs_dec<ws::kProducerRegs>();
     auto produce = [&](int st, int logical, int phys, uint64_t members) {
