@@ -714,8 +714,9 @@ struct Choice {
   // m1b4, ws2s3, ws3s4 (129-192 rows in one CTA), ws2s3 (two CTAs of 128 rows; ws3s4's 192 + 64
   // split ran 1.05-1.4x slower) (attention_notes.md, 11-25 session 14). long_tier0 replaces
   // tier 0 for dense lists of kLongList blocks and more when a group has more than 16 rows: ws2s3
-  // there too (8-16 nodes, 12K-128K: 4-16% faster). Sparse lists stay on m1b4: group-union lists
-  // (8 nodes a group at 64K) ran 6-13% slower on ws2s3, and one-node groups (per-query) slower still.
+  // there too (8-16 nodes, 12K-128K: 4-16% faster). Sparse lists of up to 64 rows stay off ws2s3:
+  // group-union lists (8 nodes a group at 64K) ran 6-13% slower there, and one-node groups
+  // (per-query) slower still.
   int tier[4] = {0, 5, 6, 5};
   int long_tier0 = 5;
   // Sparse lists of kShortRows rows or fewer a group take m1b4k2 (two warps a row tile): at 4-8
