@@ -107,10 +107,11 @@ __global__ void __launch_bounds__(WG * 128 + 32 * ws::kProducerWarps, 1)
     // halves each: 4 TMA boxes of 16 keys x 128 B); with kv_pair only the lanes of the CTA of rank
     // b % 2 issue it, multicast to both. A sparse list's block ids come from the warp's EntryWindow
     // (all 32 lanes hold entries, so a short list's stages no longer wait on a list read and a
-    // table lookup each: group-shared 48-64 nodes at 64K 11-17% faster on the H100). A dense
+    // table lookup each: group-shared 48-64 nodes 17-23% faster on the H100, though first-query
+    // lists there, whole-stage and short, run 3-8% slower; kernel_builds_s30_new4_*). A dense
     // list's come one stage early from fetch_entry, as before the window: through the window, dense
-    // 48 nodes ran 15% slower and 60-64 nodes 4-6% (bench/results/kernel_builds_s30_*). The
-    // branch is uniform over the grid.
+    // 48 nodes ran 15% slower and 60-64 nodes 4-6% (kernel_builds_s30_entry_window_*; files in
+    // bench/results). The branch is uniform over the grid.
     hopper::set_max_regs_dec<ws::kProducerRegs>();
     auto produce = [&](int st, int logical, int phys, uint64_t members) {
       const int slot = st % STAGES;

@@ -58,7 +58,8 @@ class BuildsAbTest(unittest.TestCase):
         if r.returncode == 0:
             self.assertEqual(os.listdir(out), ["attention_builds.tgz"])
             with tarfile.open(packed) as t:
-                t.extractall(os.path.join(tmp, "unpacked"))
+                kw = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+                t.extractall(os.path.join(tmp, "unpacked"), **kw)
             return r, os.path.join(tmp, "unpacked")
         self.assertFalse(os.path.exists(packed))
         return r, out
