@@ -720,7 +720,7 @@ struct Choice {
   int tier[4] = {0, 5, 6, 5};
   int long_tier0 = 5;
   // Sparse lists of kShortRows rows or fewer a group take m1b4k2 (two warps a row tile): at 4-8
-  // nodes 4-10% faster than m1b4 at 8K and 64K, at 16 nodes (64 rows) 4-8% slower
+  // nodes 4-10% faster than m1b4 at 8K and 64K, first-query at 16 nodes (64 rows) 4-8% slower
   // (bench/results/kernel_builds_s30_m1b4k2_h100_2026-12-08.json).
   int sparse_short_tier0 = 7;
 };
