@@ -85,13 +85,18 @@ __device__ __forceinline__ ChunkRange chunk_range(const KernelArgs& a, int chunk
   return {(size_t(group) * a.kv_heads + kvh) * a.max_blocks, begin, max(0, min(count, begin + per_chunk) - begin)};
 }
 
+// Entry `entry` (< r.n_entries) of a CTA's range: its logical block.
+__device__ __forceinline__ int entry_logical(const KernelArgs& a, const ChunkRange& r, int entry) {
+  return a.list_blocks ? a.list_blocks[r.list_base + r.begin + entry] : r.begin + entry;
+}
+
 // Entry `entry` of a CTA's range: its logical block (-1 past the range) and physical block, and,
 // where want_members (one thread of a loading team) and the list is sparse, its member nodes.
 __device__ __forceinline__ void fetch_entry(const KernelArgs& a, const ChunkRange& r, int entry, bool want_members,
                                             int& logical, int& phys, uint64_t& members) {
   logical = -1;
   if (entry >= r.n_entries) return;
-  logical = a.list_blocks ? a.list_blocks[r.list_base + r.begin + entry] : r.begin + entry;
+  logical = entry_logical(a, r, entry);
   phys = a.block_table[logical];
   if (a.list_blocks && want_members) members = a.list_members[r.list_base + r.begin + entry];
 }
@@ -114,7 +119,7 @@ struct EntryWindow {
     logical = -1;
     members = ~0ull;
     if (entry >= r.n_entries) return;
-    logical = a.list_blocks ? a.list_blocks[r.list_base + r.begin + entry] : r.begin + entry;
+    logical = entry_logical(a, r, entry);
     if (a.list_blocks) members = a.list_members[r.list_base + r.begin + entry];
   }
   __device__ __forceinline__ static int lookup(const KernelArgs& a, int logical) {
@@ -399,7 +404,6 @@ __global__ void __launch_bounds__(WARPS * 32, 1) tree_attention_chunk_kernel(Ker
         for (int r = 0; r < 2; ++r) {
           mx[m][r] = -INFINITY;
           if (whole) {
-#pragma unroll
             mx[m][r] = row_max(reinterpret_cast<const float(&)[2 * NBC * 4]>(s[m]), r);
           } else {
             const int node = row_node[m][r];
